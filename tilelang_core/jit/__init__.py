@@ -1,0 +1,192 @@
+"""``tilelang_core.jit`` and ``tilelang_core.compile``: from a kernel program to a callable kernel.
+
+``@jit`` wraps a *factory*: a Python function taking sizes and options and returning a ``@T.prim_func``. Each
+distinct argument tuple is specialised once; results are cached in memory (per decorated factory) and on disk
+(see :mod:`.cache`).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import SourceLocation, TileLangCompileError, TileLangError
+from ..target import resolve_target
+from . import cache
+from .kernel import JITKernel
+
+_LOC_RE = re.compile(r"-->\s*(?P<file>.+?):(?P<line>\d+):(?P<col>\d+)")
+
+
+def _from_diagnostic(e: BaseException) -> TileLangCompileError:
+    """Turn a TVMScript parser DiagnosticError into our error, keeping the user's file and line."""
+    text = str(e)
+    m = _LOC_RE.search(text)
+    loc = SourceLocation(m["file"], int(m["line"]), int(m["col"])) if m else None
+    msg_line = next((ln.strip() for ln in text.splitlines() if ln.strip().startswith("error:")), text.strip())
+    msg = msg_line[len("error:"):].strip() if msg_line.startswith("error:") else msg_line
+    return TileLangCompileError(msg, loc, stage="parse")
+
+
+def _is_diagnostic(e: BaseException) -> bool:
+    return type(e).__name__ == "DiagnosticError"
+
+
+def _is_prim_func(func: Any) -> bool:
+    return type(func).__name__ == "PrimFunc" and hasattr(func, "params") and hasattr(func, "body")
+
+
+def _param_specs(func: Any) -> list[Any]:
+    from ..runtime.artifact import ParamSpec
+
+    specs = []
+    from tvm import tirx
+
+    for buf in func.params:
+        if not tirx.is_buffer_var(buf):
+            raise TileLangCompileError(f"kernel parameter {buf} must be a tensor (T.Tensor(shape, dtype))")
+        shape = []
+        for s in buf.shape:
+            try:
+                shape.append(int(s))
+            except TypeError:
+                raise TileLangCompileError(f"kernel parameter {buf.name}: dynamic dimension {s} is not supported; "
+                                           "pass sizes as factory arguments") from None
+        specs.append(ParamSpec(buf.name, tuple(shape), str(buf.dtype)))
+    return specs
+
+
+def _normalize_out_idx(out_idx: Any, n: int) -> list[int]:
+    if out_idx is None:
+        return []
+    if isinstance(out_idx, int):
+        out_idx = [out_idx]
+    try:
+        idx = [int(i) for i in out_idx]
+    except TypeError:
+        raise TypeError(f"out_idx: expected an int or a list of ints, got {out_idx!r}") from None
+    for i in idx:
+        if not -n <= i < n:
+            raise ValueError(f"out_idx: index {i} is out of range for a kernel with {n} parameters")
+    return sorted({i % n for i in idx})
+
+
+def compile(func: Any, out_idx: Any = None, target: Any = "auto", *, name: str | None = None,  # noqa: A001
+            config: dict[str, Any] | None = None) -> JITKernel:
+    """Compile a ``@T.prim_func`` for ``target``; returns a callable :class:`JITKernel`."""
+    from ..backend import cpu as cpu_backend
+    from ..runtime.artifact import Artifact, sha256_file
+
+    backend = resolve_target(target)
+    if not _is_prim_func(func):
+        raise TypeError(f"compile: expected a @T.prim_func, got {type(func).__name__}")
+    t0 = time.perf_counter()
+    specs = _param_specs(func)
+    outs = _normalize_out_idx(out_idx, len(specs))
+    tgt = cpu_backend.host_target() if backend == "cpu" else {}
+    key = cache.disk_key(func.script(), outs, tgt)
+    art = cache.disk_get(key)
+    status = "disk"
+    if art is None:
+        status = "compiled"
+        tmp = cache.new_build_dir()
+        try:
+            stages: list[tuple[str, Any]] = []
+            mod = cpu_backend.lower(func, record=lambda n, f, s: stages.append((n, f)))
+            build = cpu_backend.build(mod, tmp, cache.cache_dir())
+            sources = {}
+            for kind, text in (("llvm", build.sources.get("llvm", "")), ("asm", build.sources.get("asm", "")),
+                               ("tir", mod.script())):
+                fname = {"llvm": "kernel.ll", "asm": "kernel.s", "tir": "lowered.tir.py"}[kind]
+                (tmp / fname).write_text(text)
+                sources[kind] = fname
+            art = Artifact(path=tmp, entry="main", target=tgt, params=specs, out_idx=outs, sources=sources,
+                           library_sha256=sha256_file(build.library),
+                           extra={"name": name or "main", "config": {k: repr(v) for k, v in (config or {}).items()},
+                                  "link_command": build.link_command})
+            art.write_meta()
+        except BaseException:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        art = cache.disk_put(key, tmp, art)
+        cache.STATS.compiles += 1
+    return JITKernel(art, program=func, config=config, cache_status=status,
+                     compile_seconds=time.perf_counter() - t0, name=name)
+
+
+class JITFactory:
+    """What ``@jit`` returns: call it with the factory's arguments to get a compiled kernel."""
+
+    def __init__(self, factory: Callable[..., Any], out_idx: Any, target: Any):
+        self.factory = factory
+        self.out_idx = out_idx
+        self.target = target
+        self._memory: dict[Any, JITKernel] = {}
+        functools.update_wrapper(self, factory)
+
+    def _bind(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        import inspect
+
+        try:
+            ba = inspect.signature(self.factory).bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{self.factory.__name__}: {e}") from None
+        ba.apply_defaults()
+        return dict(ba.arguments)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> JITKernel:
+        config = self._bind(args, kwargs)
+        try:
+            mkey = (tuple((k, repr(v)) for k, v in config.items()), repr(self.out_idx), repr(self.target))
+        except Exception:  # noqa: BLE001
+            mkey = None
+        if mkey is not None and mkey in self._memory:
+            cache.STATS.memory_hits += 1
+            return self._memory[mkey]
+        func = self.get_program(*args, **kwargs)
+        kernel = compile(func, out_idx=self.out_idx, target=self.target, name=self.factory.__name__, config=config)
+        if mkey is not None:
+            self._memory[mkey] = kernel
+        return kernel
+
+    def get_program(self, *args: Any, **kwargs: Any) -> Any:
+        """The ``@T.prim_func`` the factory builds for these arguments (TIR with tile ops, not compiled)."""
+        try:
+            func = self.factory(*args, **kwargs)
+        except TileLangError:
+            raise
+        except Exception as e:
+            if _is_diagnostic(e):
+                raise _from_diagnostic(e) from None
+            raise
+        if not _is_prim_func(func):
+            raise TypeError(f"{self.factory.__name__}: a @jit factory must return a @T.prim_func, "
+                            f"got {type(func).__name__}")
+        return func
+
+    def __repr__(self) -> str:
+        return f"<tilelang_core.jit factory {self.factory.__name__}, {len(self._memory)} specialisation(s) cached>"
+
+
+def jit(func: Callable[..., Any] | None = None, *, out_idx: Any = None, target: Any = "auto",
+        **_compat: Any) -> Any:
+    """Decorate a kernel factory: ``@tilelang_core.jit(out_idx=[-1])``."""
+    resolve_target(target)  # fail early on a bad target
+
+    def wrap(f: Callable[..., Any]) -> JITFactory:
+        return JITFactory(f, out_idx, target)
+
+    return wrap(func) if func is not None else wrap
+
+
+def cache_stats() -> dict[str, int]:
+    """Cache counters: memory_hits, disk_hits, compiles, corrupt_rebuilt."""
+    return cache.STATS.as_dict()
+
+
+__all__ = ["jit", "compile", "JITKernel", "JITFactory", "cache_stats"]

@@ -1,0 +1,61 @@
+"""The tile language, imported as ``T``: ``import tilelang_core.language as T``.
+
+TileLang's classic spelling on stock TVMScript (``tvm.script.tirx``): a ``@T.prim_func`` body is parsed by TVM's
+parser, and the tile-level names below (``T.Kernel``, ``T.copy``, ``T.gemm`` ...) are our own functions that
+emit tile ops into the TIR being built. Every other name (``T.float32``, ``T.serial``, ``T.if_then_else`` ...)
+falls through to TVMScript, so programs may use the full TIR vocabulary too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tvm.script import tirx as _tirx
+from tvm.script.tirx import prim_func  # the TVMScript parser finds the dialect through this very object
+
+from .alloc import alloc_fragment, alloc_local, alloc_shared, alloc_var
+from .copy import clear, copy, fill
+from .dtypes import SUPPORTED_DTYPES, Buffer, Tensor
+from .gemm import GemmWarpPolicy, gemm
+from .kernel import Kernel
+from .loops import Parallel, Pipelined, grid, serial, unroll, vectorized
+from .math import (
+    abs,
+    cast,
+    ceil,
+    ceildiv,
+    exp,
+    exp2,
+    floor,
+    if_then_else,
+    infinity,
+    log,
+    log2,
+    max,
+    min,
+    rsqrt,
+    sigmoid,
+    sqrt,
+    tanh,
+)
+from .misc import atomic_add, print, use_swizzle
+from .reduce import reduce_absmax, reduce_abssum, reduce_max, reduce_min, reduce_sum
+
+__all__ = [
+    "prim_func", "Kernel", "Tensor", "Buffer", "SUPPORTED_DTYPES",
+    "alloc_shared", "alloc_fragment", "alloc_local", "alloc_var",
+    "copy", "fill", "clear", "gemm", "GemmWarpPolicy",
+    "Parallel", "Pipelined", "serial", "unroll", "grid", "vectorized",
+    "reduce_sum", "reduce_max", "reduce_min", "reduce_abssum", "reduce_absmax",
+    "atomic_add", "print", "use_swizzle",
+    "ceildiv", "max", "min", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "floor", "ceil",
+    "cast", "if_then_else", "infinity",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Fall through to TVMScript's TIR namespace for everything we do not redefine."""
+    try:
+        return getattr(_tirx, name)
+    except AttributeError:
+        raise AttributeError(f"tilelang_core.language has no attribute {name!r}") from None

@@ -1,0 +1,44 @@
+"""The dtypes a kernel may use, and the ``T.Tensor`` / ``T.Buffer`` parameter annotations.
+
+Checking dtypes here (instead of deep inside TVM) gives the user a message that names the bad dtype and the
+accepted ones, at the line that wrote it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tvm.script import tirx as _T
+
+SUPPORTED_DTYPES = (
+    "float16", "bfloat16", "float32", "float64",
+    "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "bool",
+)
+_ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32", "bf16": "bfloat16",
+            "fp16": "float16", "fp32": "float32"}
+
+
+def canonical_dtype(dtype: Any, what: str = "dtype") -> str:
+    """Return the canonical dtype string or raise ValueError naming the argument."""
+    name = dtype if isinstance(dtype, str) else getattr(dtype, "dtype", None) or str(dtype)
+    if not isinstance(name, str):
+        name = str(name)
+    if name.startswith("torch."):
+        name = name[len("torch."):]
+    name = _ALIASES.get(name, name)
+    if name not in SUPPORTED_DTYPES:
+        raise ValueError(f"{what}: unknown dtype {dtype!r}; expected one of {', '.join(SUPPORTED_DTYPES)}")
+    return name
+
+
+def Tensor(shape: Any, dtype: Any = "float32", *args: Any, **kwargs: Any) -> Any:  # noqa: N802 (TileLang spelling)
+    """A kernel parameter: a tensor of ``shape`` and ``dtype`` in global memory."""
+    if isinstance(shape, int):
+        shape = (shape,)
+    for i, s in enumerate(shape):
+        if isinstance(s, int) and s <= 0:
+            raise ValueError(f"T.Tensor shape: dimension {i} must be positive, got {s} in shape {tuple(shape)}")
+    return _T.Buffer(tuple(shape), canonical_dtype(dtype, "T.Tensor dtype"), *args, **kwargs)
+
+
+Buffer = Tensor

@@ -1,0 +1,47 @@
+"""``T.Kernel``: the launch grid of a tile program.
+
+A Python context manager the TVMScript parser enters like any ``with`` frame: it opens one
+``thread_binding`` loop per grid dimension (``blockIdx.x/y/z``) and yields the block indices. The thread
+count is recorded as an annotation; each backend decides what a block and its threads become (a CUDA thread
+block, or an iteration of a parallel loop on the CPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from tvm.script import tirx as _T
+
+KERNEL_ATTR = "tl.kernel_threads"
+_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+
+
+def _threads_tuple(threads: Any) -> list[int]:
+    if isinstance(threads, int):
+        threads = [threads]
+    try:
+        ts = [int(t) for t in threads]
+    except TypeError:
+        raise TypeError(f"T.Kernel threads: expected an int or a list of up to 3 ints, got {threads!r}") from None
+    if not 1 <= len(ts) <= 3 or any(t <= 0 for t in ts):
+        raise ValueError(f"T.Kernel threads: expected 1 to 3 positive ints, got {threads!r}")
+    return ts
+
+
+@contextlib.contextmanager
+def Kernel(*grid: Any, threads: Any = 128, is_cpu: bool = False, prelude: str | None = None) -> Iterator[Any]:  # noqa: N802
+    """Launch a grid of blocks; yields ``bx`` for a 1-D grid, else ``(bx, by[, bz])``."""
+    if not 1 <= len(grid) <= 3:
+        raise ValueError(f"T.Kernel grid: expected 1 to 3 grid dimensions, got {len(grid)}")
+    for i, g in enumerate(grid):
+        if isinstance(g, int) and g <= 0:
+            raise ValueError(f"T.Kernel grid: dimension {i} must be positive, got {g}")
+    ts = _threads_tuple(threads)
+    with contextlib.ExitStack() as stack:
+        ivs = []
+        for i, ext in enumerate(grid):
+            ann = {KERNEL_ATTR: ts} if i == 0 else None
+            ivs.append(stack.enter_context(_T.thread_binding(ext, thread=_TAGS[i], annotations=ann)))
+        yield ivs[0] if len(ivs) == 1 else tuple(ivs)

@@ -1,0 +1,41 @@
+"""Odds and ends of the language: ``T.atomic_add``, ``T.print``, ``T.use_swizzle``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tvm import tirx
+from tvm.ir import TensorLoad
+
+from ._ir import describe, dtype_of, emit, is_buffer, shape_of, to_region
+
+
+def atomic_add(dst: Any, value: Any, **_ignored: Any) -> None:
+    """``dst += value`` safely when several blocks update the same element or tile."""
+    if isinstance(dst, TensorLoad):
+        if dtype_of(value) is None and not isinstance(value, (int, float)):
+            raise TypeError(f"T.atomic_add value: expected a scalar expression, got {describe(value)}")
+        val = tirx.const(value, dst.source.dtype) if isinstance(value, (int, float)) else value
+        region = to_region(dst, [1] * len(dst.indices), "T.atomic_add dst")
+        emit("tl.atomic_add", [region, val])
+        return
+    src_shape = shape_of(value)
+    region = to_region(dst, src_shape, "T.atomic_add dst")
+    emit("tl.atomic_add", [region, to_region(value, [r.extent for r in region.region], "T.atomic_add value")])
+
+
+def print(obj: Any, msg: str = "") -> None:  # noqa: A001
+    """Print a scalar expression or a whole tile (debugging; CPU backend)."""
+    if is_buffer(obj):
+        emit("tl.print", [to_region(obj, None, "T.print"), tirx.StringImm(msg)])
+    elif dtype_of(obj) is not None:
+        emit("tl.print", [obj, tirx.StringImm(msg)])
+    else:
+        raise TypeError(f"T.print: expected a buffer or a scalar expression, got {describe(obj)}")
+
+
+def use_swizzle(panel_size: int = 8, order: str = "row", enable: bool = True) -> None:
+    """Block rasterisation hint for L2 reuse on GPUs. Accepted everywhere; the CPU backend ignores it."""
+    if not isinstance(panel_size, int) or panel_size <= 0:
+        raise ValueError(f"T.use_swizzle panel_size: expected a positive int, got {panel_size!r}")
+    return None

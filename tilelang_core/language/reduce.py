@@ -1,0 +1,56 @@
+"""``T.reduce_*``: reductions of a tile along one dimension into a tile of one rank less.
+
+``dst`` has the shape of ``src`` without dimension ``dim``. With ``clear=False`` the result is combined with
+what ``dst`` already holds (a running max or sum, as online softmax needs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tvm import tirx
+
+from ._ir import emit, shape_of, to_region
+
+REDUCE_KINDS = ("sum", "max", "min", "abssum", "absmax")
+
+
+def reduce(src: Any, dst: Any, kind: str, dim: int = -1, clear: bool = True) -> None:
+    if kind not in REDUCE_KINDS:
+        raise ValueError(f"T.reduce kind: expected one of {REDUCE_KINDS}, got {kind!r}")
+    if not isinstance(dim, int):
+        raise TypeError(f"T.reduce_{kind} dim: expected a Python int, got {dim!r}")
+    src_shape = shape_of(src)
+    if src_shape is None:
+        raise TypeError(f"T.reduce_{kind} src: expected a buffer or a slice, got an element A[i, j]")
+    rank = len(src_shape)
+    if not -rank <= dim < rank:
+        raise ValueError(f"T.reduce_{kind} dim: expected a dimension in [{-rank}, {rank}) for a rank-{rank} src, "
+                         f"got {dim}")
+    emit("tl.reduce", [to_region(src, None, f"T.reduce_{kind} src"), to_region(dst, None, f"T.reduce_{kind} dst"),
+                       tirx.StringImm(kind), tirx.IntImm("int32", dim % rank), tirx.IntImm("bool", bool(clear))])
+
+
+def reduce_sum(src: Any, dst: Any, dim: int = -1, clear: bool = True) -> None:
+    """Sum along ``dim``."""
+    reduce(src, dst, "sum", dim, clear)
+
+
+def reduce_max(src: Any, dst: Any, dim: int = -1, clear: bool = True) -> None:
+    """Maximum along ``dim``."""
+    reduce(src, dst, "max", dim, clear)
+
+
+def reduce_min(src: Any, dst: Any, dim: int = -1, clear: bool = True) -> None:
+    """Minimum along ``dim``."""
+    reduce(src, dst, "min", dim, clear)
+
+
+def reduce_abssum(src: Any, dst: Any, dim: int = -1, clear: bool = True) -> None:
+    """Sum of absolute values along ``dim``."""
+    reduce(src, dst, "abssum", dim, clear)
+
+
+def reduce_absmax(src: Any, dst: Any, dim: int = -1, clear: bool = True) -> None:
+    """Maximum absolute value along ``dim``."""
+    reduce(src, dst, "absmax", dim, clear)

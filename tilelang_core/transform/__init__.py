@@ -1,0 +1,27 @@
+"""Our TIR passes, in pipeline order. Each module holds one pass and says what it does and why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .localize_buffers_cpu import localize_buffers_cpu
+from .lower_kernel_grid_cpu import lower_kernel_grid_cpu
+from .lower_parallel_cpu import lower_parallel_cpu
+from .lower_tile_ops_cpu import lower_tile_ops_cpu
+from .validate_tile_ops import validate_tile_ops
+
+
+def cpu_passes(vector_bytes: int) -> list[tuple[str, Any]]:
+    """The CPU pipeline as (name, PrimFunc -> PrimFunc): validate, grid → parallel loop, tile ops → loops,
+    T.Parallel → guarded loops. Plain Python calls (not TVM module passes) so our errors keep their class."""
+    return [
+        ("tl.ValidateTileOps", validate_tile_ops),
+        ("tl.LowerKernelGridCPU", lower_kernel_grid_cpu),
+        ("tl.LowerTileOpsCPU", lambda f: lower_tile_ops_cpu(f, vector_bytes)),
+        ("tl.LowerParallelCPU", lower_parallel_cpu),
+        ("tl.LocalizeBuffersCPU", localize_buffers_cpu),
+    ]
+
+
+__all__ = ["cpu_passes", "validate_tile_ops", "lower_kernel_grid_cpu", "lower_tile_ops_cpu", "lower_parallel_cpu",
+           "localize_buffers_cpu"]

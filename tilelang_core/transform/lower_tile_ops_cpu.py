@@ -1,0 +1,372 @@
+"""Pass: lower tile ops to plain TIR loops for CPUs.
+
+What each op becomes (the CPU has no shared memory or register fragments: tiles are local arrays):
+
+* ``tl.copy``  — a loop nest, vectorised along the contiguous dimension. Ragged edges are the compiler's job: a
+  tile that lies wholly inside its tensor takes an unguarded fast path; one crossing the edge reads zeros
+  and skips out-of-bounds writes.
+* ``tl.gemm``  — a register-blocked micro-kernel: an ``mr x nr`` block of C is held in vector registers
+  (``nr`` a multiple of the SIMD width, the ``mr`` rows unrolled) across the whole K loop, each step
+  broadcasting one A element against a vector of B. A transposed B is first packed K-major so B loads stay
+  contiguous.
+* ``tl.reduce`` — along the contiguous dimension, SIMD-width partial accumulators then a horizontal step;
+  along another dimension, a loop that vectorises over the kept dimensions.
+* ``tl.fill``, ``tl.atomic_add`` (plain adds: the grid pass serialises kernels that use it) and ``tl.print``
+  (``printf``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+from tvm import tirx
+
+from ..language._ir import Region, dtype_of
+from ._regions import in_bounds_conds, indices_at, is_global, squeezed
+from ._rewriter import Rewriter, and_all, const_int, make_for, new_var, seq
+from .validate_tile_ops import tile_op_name
+
+_NAMES = "ijklmn"
+ForKind = tirx.ForKind
+
+
+def _dtype_bytes(dtype: str) -> int:
+    return max(tvm.DataType(dtype).bits // 8, 1)
+
+
+def _load(buf: Any, idx: list[Any]) -> Any:
+    return tirx.BufferLoad(buf, idx)
+
+
+def _store(buf: Any, value: Any, idx: list[Any]) -> Any:
+    if dtype_of(value) != buf.dtype:
+        value = tirx.Cast(buf.dtype, value)
+    return tirx.BufferStore(buf, value, idx)
+
+
+def _cast(value: Any, dtype: str) -> Any:
+    return value if dtype_of(value) == dtype else tirx.Cast(dtype, value)
+
+
+def _alloc(shape: list[int], dtype: str, name: str) -> tuple[Any, Any]:
+    buf = tirx.decl_buffer(shape, dtype, name, scope="local")
+    return buf, tirx.AllocBuffer(buf)
+
+
+class LowerTileOpsCPU(Rewriter):
+    pass_name = "tl.LowerTileOpsCPU"
+
+    def __init__(self, vector_bytes: int = 32):
+        super().__init__()
+        self.vector_bytes = vector_bytes
+
+    def lanes(self, dtype: str) -> int:
+        return max(self.vector_bytes // _dtype_bytes(dtype), 1)
+
+    def visit_Evaluate(self, s: Any) -> Any:  # noqa: N802
+        name = tile_op_name(s)
+        if name is None:
+            return s
+        lower = getattr(self, "_lower_" + name[3:], None)
+        if lower is None:
+            self.error(s.span, f"{name} is not supported on the CPU backend")
+            return s
+        return lower(s, list(s.value.args))
+
+    # -- loop nests ----------------------------------------------------------------------------------------
+    def nest(self, extents: list[Any], body_fn: Any, span: Any, vec_lanes: int = 0) -> Any:
+        """Loops over ``extents``; ``body_fn(coords)``. The innermost loop is split and vectorised by
+        ``vec_lanes`` when its extent is a constant multiple of it."""
+        if not extents:
+            return body_fn([])
+        vs = [new_var(_NAMES[d % len(_NAMES)] + ("" if d < len(_NAMES) else str(d))) for d in range(len(extents))]
+        inner_ext = const_int(extents[-1])
+        split = vec_lanes > 1 and inner_ext is not None and inner_ext % vec_lanes == 0 and inner_ext >= vec_lanes
+        coords: list[Any] = list(vs)
+        if split:
+            vi = new_var(vs[-1].name + "_v")
+            coords[-1] = vs[-1] * vec_lanes + vi if inner_ext > vec_lanes else vi
+            self.bind_loop(vi, 0, vec_lanes)
+        for v, e in zip(vs, extents):
+            self.bind_loop(v, 0, e)
+        body = body_fn(coords)
+        if split:
+            body = make_for(vi, vec_lanes, body, ForKind.VECTORIZED, span)
+            if inner_ext > vec_lanes:
+                body = make_for(vs[-1], inner_ext // vec_lanes, body, span=span)
+        else:
+            body = make_for(vs[-1], extents[-1], body, span=span)
+        for v, e in reversed(list(zip(vs[:-1], extents[:-1]))):
+            body = make_for(v, e, body, span=span)
+        return body
+
+    def _contiguous_inner(self, *regions_dims: tuple[Region, list[int]]) -> bool:
+        return all(dims and dims[-1] == len(r.buffer.shape) - 1 for r, dims in regions_dims)
+
+    # -- copy ----------------------------------------------------------------------------------------------
+    def _lower_copy(self, s: Any, args: list[Any]) -> Any:
+        src, dst = Region.of(args[0]), Region.of(args[1])
+        sd, dd = squeezed(src, self.ana), squeezed(dst, self.ana)
+        exts = [dst.extents[d] for d in dd]
+        lanes = self.lanes(dst.buffer.dtype) if self._contiguous_inner((src, sd), (dst, dd)) else 0
+
+        def body(coords: list[Any], guarded: bool) -> Any:
+            si, di = indices_at(src, sd, coords), indices_at(dst, dd, coords)
+            val = _cast(_load(src.buffer, si), dst.buffer.dtype)
+            if not guarded:
+                return _store(dst.buffer, val, di)
+            sc = in_bounds_conds(src.buffer, si, self.ana) if is_global(src.buffer) else []
+            dc = in_bounds_conds(dst.buffer, di, self.ana) if is_global(dst.buffer) else []
+            if sc:
+                val = tirx.if_then_else(and_all(sc), val, tirx.const(0, dst.buffer.dtype))
+            st = _store(dst.buffer, val, di)
+            return tirx.IfThenElse(and_all(dc), st, None) if dc else st
+
+        tile_conds = self._tile_in_bounds(src) + self._tile_in_bounds(dst)
+        fast = self.nest(exts, lambda c: body(c, False), s.span, lanes)
+        if not tile_conds:
+            return fast
+        slow = self.nest(exts, lambda c: body(c, True), s.span, 0)
+        return tirx.IfThenElse(and_all(tile_conds), fast, slow, span=s.span)
+
+    def _tile_in_bounds(self, r: Region) -> list[Any]:
+        """Conditions (not provable at compile time) under which the whole region lies inside its tensor."""
+        if not is_global(r.buffer):
+            return []
+        conds = []
+        for m, e, n in zip(r.mins, r.extents, r.buffer.shape):
+            for c in (tirx.LE(m + e, n), tirx.GE(m, 0)):
+                if not self.prove(c):
+                    conds.append(self.ana.simplify(c))
+        return conds
+
+    # -- fill ----------------------------------------------------------------------------------------------
+    def _lower_fill(self, s: Any, args: list[Any]) -> Any:
+        r = Region.of(args[0])
+        dims = squeezed(r, self.ana)
+        lanes = self.lanes(r.buffer.dtype) if self._contiguous_inner((r, dims)) else 0
+
+        def body(coords: list[Any]) -> Any:
+            idx = indices_at(r, dims, coords)
+            st = _store(r.buffer, args[1], idx)
+            conds = in_bounds_conds(r.buffer, idx, self.ana) if is_global(r.buffer) else []
+            return tirx.IfThenElse(and_all(conds), st, None) if conds else st
+
+        return self.nest([r.extents[d] for d in dims], body, s.span, 0 if is_global(r.buffer) else lanes)
+
+    # -- gemm ----------------------------------------------------------------------------------------------
+    def _lower_gemm(self, s: Any, args: list[Any]) -> Any:
+        a, b, c = (Region.of(x) for x in args[:3])
+        ta, tb, clear = (bool(const_int(x)) for x in args[3:6])
+        da, db, dc = (self._matrix_dims(r) for r in (a, b, c))
+        M, N = (const_int(c.extents[d]) for d in dc)
+        K = const_int(a.extents[da[0] if ta else da[1]])
+        if None in (M, N, K):
+            self.error(s.span, "T.gemm: tile extents must be compile-time constants on the CPU backend")
+            return s
+        acc = c.buffer.dtype
+        stmts: list[Any] = []
+
+        def A(i: Any, k: Any) -> Any:  # noqa: N802
+            return _cast(_load(a.buffer, indices_at(a, da, [k, i] if ta else [i, k])), acc)
+
+        if tb:  # pack B^T into a K-major panel so the micro-kernel's B loads are contiguous
+            bp, alloc_bp = _alloc([K, N], b.buffer.dtype, "B_packed")
+            def pack(co: list[Any]) -> Any:
+                return _store(bp, _load(b.buffer, indices_at(b, db, [co[1], co[0]])), [co[0], co[1]])
+
+            stmts += [alloc_bp, self.nest([K, N], pack, s.span)]
+
+            def B(k: Any, j: Any) -> Any:  # noqa: N802
+                return _cast(_load(bp, [k, j]), acc)
+        else:
+            def B(k: Any, j: Any) -> Any:  # noqa: N802
+                return _cast(_load(b.buffer, indices_at(b, db, [k, j])), acc)
+
+        def C(i: Any, j: Any) -> list[Any]:  # noqa: N802
+            return indices_at(c, dc, [i, j])
+
+        L = self.lanes(acc)
+        nv = next((v for v in (4, 3, 2, 1) if N % (v * L) == 0), 0) if L > 1 else 0
+        if nv == 0:
+            stmts.append(self._gemm_simple(s, M, N, K, A, B, C, c.buffer, clear))
+            return seq(stmts, s.span)
+        nr = nv * L
+        mr = max(1, min(24 // nv, M))
+        mr = next((m for m in (6, 4, 3, 2) if m <= mr and M % m == 0), mr if M <= mr else 4 if M >= 4 else M)
+        # one small accumulator array per row: each stays under TVM's stack-allocation limit, so LLVM sees
+        # allocas it can promote to vector registers (a workspace pointer could alias the A/B tiles)
+        rows = [_alloc([nr], acc, f"C_reg{r}") for r in range(mr)]
+        stmts += [alloc for _, alloc in rows]
+        jo, k, jj = new_var("jo"), new_var("k"), new_var("jj")
+        for v, e in ((jo, N // nr), (k, K), (jj, nr)):
+            self.bind_loop(v, 0, e)
+        j0 = jo * nr
+
+        def vec(body: Any) -> Any:
+            return make_for(jj, nr, body, ForKind.VECTORIZED)
+
+        def micro(i0: Any, m: int) -> Any:
+            regs = [buf for buf, _ in rows[:m]]
+            init = [vec(tirx.BufferStore(regs[r], tirx.const(0, acc) if clear else _load(c.buffer, C(i0 + r, j0 + jj)),
+                                         [jj])) for r in range(m)]
+            fma = [vec(tirx.BufferStore(regs[r], _load(regs[r], [jj]) + A(i0 + r, k) * B(k, j0 + jj), [jj]))
+                   for r in range(m)]
+            store = [vec(_store(c.buffer, _load(regs[r], [jj]), C(i0 + r, j0 + jj))) for r in range(m)]
+            return seq(init + [make_for(k, K, seq(fma))] + store)
+
+        full, tail = divmod(M, mr)
+        if full:
+            io = new_var("io")
+            self.bind_loop(io, 0, full)
+            stmts.append(make_for(io, full, make_for(jo, N // nr, micro(io * mr, mr)), span=s.span))
+        if tail:
+            stmts.append(make_for(jo, N // nr, micro(tirx.IntImm("int32", full * mr), tail), span=s.span))
+        return seq(stmts, s.span)
+
+    def _gemm_simple(self, s: Any, M: int, N: int, K: int, A: Any, B: Any, C: Any, cbuf: Any, clear: bool) -> Any:
+        i, j, k = new_var("i"), new_var("j"), new_var("k")
+        body = tirx.BufferStore(cbuf, _load(cbuf, C(i, j)) + A(i, k) * B(k, j), C(i, j))
+        loop = make_for(i, M, make_for(k, K, make_for(j, N, body)), span=s.span)
+        if not clear:
+            return loop
+        zero = self.nest([M, N], lambda co: tirx.BufferStore(cbuf, tirx.const(0, cbuf.dtype), C(co[0], co[1])), s.span)
+        return seq([zero, loop])
+
+    def _matrix_dims(self, r: Region) -> list[int]:
+        dims = squeezed(r, self.ana)
+        rank = len(r.extents)
+        if len(dims) == 2:
+            return dims
+        return [rank - 2, rank - 1]
+
+    # -- reduce --------------------------------------------------------------------------------------------
+    def _lower_reduce(self, s: Any, args: list[Any]) -> Any:
+        src, dst = Region.of(args[0]), Region.of(args[1])
+        kind, dim, clear = str(args[2].value), const_int(args[3]), bool(const_int(args[4]))
+        dt = dst.buffer.dtype
+        rank = len(src.extents)
+        keep = [d for d in range(rank) if d != dim]
+        same_rank = len(dst.extents) == rank
+
+        def dst_idx(coords_keep: list[Any]) -> list[Any]:
+            if same_rank:
+                full = list(coords_keep[:dim]) + [0] + list(coords_keep[dim:])
+                return [m + x for m, x in zip(dst.mins, full)]
+            return [m + x for m, x in zip(dst.mins, coords_keep)]
+
+        def src_idx(coords_keep: list[Any], r: Any) -> list[Any]:
+            full = list(coords_keep[:dim]) + [r] + list(coords_keep[dim:])
+            return [m + x for m, x in zip(src.mins, full)]
+
+        if kind in ("sum", "abssum"):
+            init = tirx.const(0, dt)
+        elif kind == "absmax":
+            init = tirx.const(0, dt)
+        elif kind == "max":
+            init = tirx.min_value(dt)
+        else:
+            init = tirx.max_value(dt)
+
+        def f(x: Any) -> Any:
+            x = _cast(x, dt)
+            return tirx.abs(x) if kind.startswith("abs") else x
+
+        def comb(x: Any, y: Any) -> Any:
+            if kind in ("sum", "abssum"):
+                return x + y
+            return tirx.max(x, y) if kind in ("max", "absmax") else tirx.min(x, y)
+
+        keep_ext = [src.extents[d] for d in keep]
+        red_ext = src.extents[dim]
+        stmts = []
+        if clear:
+            stmts.append(self.nest(keep_ext, lambda co: tirx.BufferStore(dst.buffer, init, dst_idx(co)), s.span))
+        L = self.lanes(dt)
+        E = const_int(red_ext)
+        if dim == rank - 1 and E is not None and L > 1 and E % L == 0 and E >= L:
+            accv, alloc_v = _alloc([L], dt, "red_acc")
+            ro, lane = new_var("r"), new_var("lane")
+            self.bind_loop(ro, 0, E // L)
+            self.bind_loop(lane, 0, L)
+
+            def row(co: list[Any]) -> Any:
+                di = dst_idx(co)
+                return seq([
+                    make_for(lane, L, tirx.BufferStore(accv, init, [lane]), ForKind.VECTORIZED),
+                    make_for(ro, E // L, make_for(lane, L, tirx.BufferStore(
+                        accv, comb(_load(accv, [lane]), f(_load(src.buffer, src_idx(co, ro * L + lane)))), [lane]),
+                        ForKind.VECTORIZED)),
+                    make_for(lane, L, tirx.BufferStore(dst.buffer, comb(_load(dst.buffer, di), _load(accv, [lane])),
+                                                       di)),
+                ])
+
+            stmts += [alloc_v, self.nest(keep_ext, row, s.span)] if keep_ext else [alloc_v, row([])]
+            return seq(stmts, s.span)
+        r = new_var("r")
+        self.bind_loop(r, 0, red_ext)
+        if dim == rank - 1:
+            def row2(co: list[Any]) -> Any:
+                di = dst_idx(co)
+                val = comb(_load(dst.buffer, di), f(_load(src.buffer, src_idx(co, r))))
+                return make_for(r, red_ext, tirx.BufferStore(dst.buffer, val, di))
+            stmts.append(self.nest(keep_ext, row2, s.span) if keep_ext else row2([]))
+        else:
+            inner = self.nest(keep_ext, lambda co: tirx.BufferStore(
+                dst.buffer, comb(_load(dst.buffer, dst_idx(co)), f(_load(src.buffer, src_idx(co, r)))), dst_idx(co)),
+                s.span, 0)
+            stmts.append(make_for(r, red_ext, inner, span=s.span))
+        return seq(stmts, s.span)
+
+    # -- atomic_add ----------------------------------------------------------------------------------------
+    def _lower_atomic_add(self, s: Any, args: list[Any]) -> Any:
+        dst = Region.of(args[0])
+        dd = squeezed(dst, self.ana)
+        if isinstance(args[1], tvm.ir.TensorRegion):
+            src = Region.of(args[1])
+            sd = squeezed(src, self.ana)
+
+            def val(co: list[Any]) -> Any:
+                return _load(src.buffer, indices_at(src, sd, co))
+        else:
+            def val(co: list[Any]) -> Any:
+                return args[1]
+
+        def body(co: list[Any]) -> Any:
+            di = indices_at(dst, dd, co)
+            st = _store(dst.buffer, _load(dst.buffer, di) + _cast(val(co), dst.buffer.dtype), di)
+            conds = in_bounds_conds(dst.buffer, di, self.ana) if is_global(dst.buffer) else []
+            return tirx.IfThenElse(and_all(conds), st, None) if conds else st
+
+        return self.nest([dst.extents[d] for d in dd], body, s.span)
+
+    # -- print ---------------------------------------------------------------------------------------------
+    def _lower_print(self, s: Any, args: list[Any]) -> Any:
+        obj, msg = args[0], str(args[1].value)
+        prefix = (msg + " ") if msg else ""
+        if isinstance(obj, tvm.ir.TensorRegion):
+            r = Region.of(obj)
+
+            def body(co: list[Any]) -> Any:
+                idx = [m + x for m, x in zip(r.mins, co)]
+                fmt, v = _printf_arg(_load(r.buffer, idx))
+                where = ", ".join(["%d"] * len(co))
+                return tirx.Evaluate(tirx.call_extern("int32", "printf", tirx.StringImm(
+                    f"{prefix}{r.buffer.name}[{where}] = {fmt}\n"), *co, v))
+            return self.nest(list(r.extents), body, s.span)
+        fmt, v = _printf_arg(obj)
+        return tirx.Evaluate(tirx.call_extern("int32", "printf", tirx.StringImm(f"{prefix}{fmt}\n"), v), span=s.span)
+
+
+def _printf_arg(v: Any) -> tuple[str, Any]:
+    dt = dtype_of(v) or "float64"
+    if dt.startswith(("float", "bfloat")):
+        return "%.6g", tirx.Cast("float64", v)
+    if dt == "bool":
+        return "%d", tirx.Cast("int32", v)
+    return "%lld", tirx.Cast("int64", v)
+
+
+def lower_tile_ops_cpu(func: tirx.PrimFunc, vector_bytes: int = 32) -> tirx.PrimFunc:
+    return LowerTileOpsCPU(vector_bytes).run(func)
