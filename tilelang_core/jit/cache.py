@@ -12,6 +12,7 @@ Location: ``$TILELANG_CORE_CACHE_DIR``, else ``$XDG_CACHE_HOME/tilelang_core``, 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ from typing import Any
 from ..errors import TileLangRuntimeError
 from ..runtime.artifact import Artifact, load_artifact
 
-PIPELINE_VERSION = "cpu-1"
+PIPELINE_VERSION = "cpu-2"
 
 
 def cache_dir() -> Path:
@@ -81,6 +82,20 @@ def clear_memory() -> None:
         _MEMORY.clear()
 
 
+@functools.lru_cache(maxsize=1)
+def compiler_digest() -> str:
+    """A hash of the compiler's own sources (language, passes, backends, runtime shim), so editing the compiler
+    invalidates cached kernels even without a version bump."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for sub in ("language", "transform", "backend", "runtime"):
+        for f in sorted((root / sub).rglob("*")):
+            if f.suffix in (".py", ".c", ".h", ".cu", ".cuh") and f.is_file():
+                h.update(f.relative_to(root).as_posix().encode())
+                h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def versions() -> dict[str, str]:
     from .. import __version__
 
@@ -90,7 +105,8 @@ def versions() -> dict[str, str]:
         tvm_version = version("apache-tvm")
     except Exception:  # noqa: BLE001
         tvm_version = "unknown"
-    return {"tilelang_core": __version__, "tvm": tvm_version, "pipeline": PIPELINE_VERSION}
+    return {"tilelang_core": __version__, "tvm": tvm_version, "pipeline": PIPELINE_VERSION,
+            "compiler": compiler_digest()}
 
 
 def disk_key(program_text: str, out_idx: list[int], target: dict[str, Any]) -> str:

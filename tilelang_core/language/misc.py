@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import tvm
 from tvm import tirx
 from tvm.ir import TensorLoad
 
@@ -27,9 +28,9 @@ def atomic_add(dst: Any, value: Any, **_ignored: Any) -> None:
 def print(obj: Any, msg: str = "") -> None:  # noqa: A001
     """Print a scalar expression or a whole tile (debugging; CPU backend)."""
     if is_buffer(obj):
-        emit("tl.print", [to_region(obj, None, "T.print"), tirx.StringImm(msg)])
+        emit("tl.print", [to_region(obj, None, "T.print"), tvm.ir.StringImm(msg)])
     elif dtype_of(obj) is not None:
-        emit("tl.print", [obj, tirx.StringImm(msg)])
+        emit("tl.print", [obj, tvm.ir.StringImm(msg)])
     else:
         raise TypeError(f"T.print: expected a buffer or a scalar expression, got {describe(obj)}")
 

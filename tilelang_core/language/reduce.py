@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import tvm
 from tvm import tirx
 
 from ._ir import emit, shape_of, to_region
@@ -28,7 +29,7 @@ def reduce(src: Any, dst: Any, kind: str, dim: int = -1, clear: bool = True) -> 
         raise ValueError(f"T.reduce_{kind} dim: expected a dimension in [{-rank}, {rank}) for a rank-{rank} src, "
                          f"got {dim}")
     emit("tl.reduce", [to_region(src, None, f"T.reduce_{kind} src"), to_region(dst, None, f"T.reduce_{kind} dst"),
-                       tirx.StringImm(kind), tirx.IntImm("int32", dim % rank), tirx.IntImm("bool", bool(clear))])
+                       tvm.ir.StringImm(kind), tirx.IntImm("int32", dim % rank), tirx.IntImm("bool", bool(clear))])
 
 
 def reduce_sum(src: Any, dst: Any, dim: int = -1, clear: bool = True) -> None:

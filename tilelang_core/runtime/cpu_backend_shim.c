@@ -11,9 +11,10 @@
 typedef struct { void* sync_handle; int32_t num_task; } TVMParallelGroupEnv;
 typedef int (*FTVMParallelLambda)(int task_id, TVMParallelGroupEnv* penv, void* cdata);
 
-extern void* __TVMBackendParallelLaunch;
-extern void* __TVMBackendAllocWorkspace;
-extern void* __TVMBackendFreeWorkspace;
+/* weak: a library that never launches in parallel or allocates a workspace does not define the pointer */
+extern void* __TVMBackendParallelLaunch __attribute__((weak));
+extern void* __TVMBackendAllocWorkspace __attribute__((weak));
+extern void* __TVMBackendFreeWorkspace __attribute__((weak));
 
 static int tl_parallel_launch(FTVMParallelLambda flambda, void* cdata, int num_task) {
   int n = num_task > 0 ? num_task : omp_get_max_threads();
@@ -45,7 +46,10 @@ static int tl_free_workspace(int device_type, int device_id, void* ptr) {
 }
 
 __attribute__((constructor)) static void tl_install_backend_hooks(void) {
-  if (!__TVMBackendParallelLaunch) __TVMBackendParallelLaunch = (void*)&tl_parallel_launch;
-  if (!__TVMBackendAllocWorkspace) __TVMBackendAllocWorkspace = (void*)&tl_alloc_workspace;
-  if (!__TVMBackendFreeWorkspace) __TVMBackendFreeWorkspace = (void*)&tl_free_workspace;
+  if (&__TVMBackendParallelLaunch && !__TVMBackendParallelLaunch)
+    __TVMBackendParallelLaunch = (void*)&tl_parallel_launch;
+  if (&__TVMBackendAllocWorkspace && !__TVMBackendAllocWorkspace)
+    __TVMBackendAllocWorkspace = (void*)&tl_alloc_workspace;
+  if (&__TVMBackendFreeWorkspace && !__TVMBackendFreeWorkspace)
+    __TVMBackendFreeWorkspace = (void*)&tl_free_workspace;
 }

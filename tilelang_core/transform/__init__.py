@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .fast_exp_cpu import fast_exp_cpu
 from .localize_buffers_cpu import localize_buffers_cpu
 from .lower_kernel_grid_cpu import lower_kernel_grid_cpu
 from .lower_parallel_cpu import lower_parallel_cpu
@@ -20,8 +21,9 @@ def cpu_passes(vector_bytes: int) -> list[tuple[str, Any]]:
         ("tl.LowerTileOpsCPU", lambda f: lower_tile_ops_cpu(f, vector_bytes)),
         ("tl.LowerParallelCPU", lower_parallel_cpu),
         ("tl.LocalizeBuffersCPU", localize_buffers_cpu),
+        ("tl.FastExpCPU", fast_exp_cpu),
     ]
 
 
 __all__ = ["cpu_passes", "validate_tile_ops", "lower_kernel_grid_cpu", "lower_tile_ops_cpu", "lower_parallel_cpu",
-           "localize_buffers_cpu"]
+           "localize_buffers_cpu", "fast_exp_cpu"]

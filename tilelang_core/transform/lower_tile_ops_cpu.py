@@ -352,11 +352,11 @@ class LowerTileOpsCPU(Rewriter):
                 idx = [m + x for m, x in zip(r.mins, co)]
                 fmt, v = _printf_arg(_load(r.buffer, idx))
                 where = ", ".join(["%d"] * len(co))
-                return tirx.Evaluate(tirx.call_extern("int32", "printf", tirx.StringImm(
+                return tirx.Evaluate(tirx.call_extern("int32", "printf", tvm.ir.StringImm(
                     f"{prefix}{r.buffer.name}[{where}] = {fmt}\n"), *co, v))
             return self.nest(list(r.extents), body, s.span)
         fmt, v = _printf_arg(obj)
-        return tirx.Evaluate(tirx.call_extern("int32", "printf", tirx.StringImm(f"{prefix}{fmt}\n"), v), span=s.span)
+        return tirx.Evaluate(tirx.call_extern("int32", "printf", tvm.ir.StringImm(f"{prefix}{fmt}\n"), v), span=s.span)
 
 
 def _printf_arg(v: Any) -> tuple[str, Any]:
