@@ -31,6 +31,28 @@ def _from_diagnostic(e: BaseException) -> TileLangCompileError:
     return TileLangCompileError(msg, loc, stage="parse")
 
 
+def _from_language_error(e: BaseException) -> TileLangCompileError | None:
+    """A ValueError/TypeError raised by one of our language helpers while Python evaluated the user's kernel
+    code outside the TVMScript parser (e.g. a ``T.Tensor`` annotation, evaluated when the ``def`` runs): report
+    it at the user's line. Returns None for exceptions that did not come from our language."""
+    import os
+    import traceback
+
+    if not isinstance(e, (ValueError, TypeError)):
+        return None
+    frames = traceback.extract_tb(e.__traceback__)
+    lang_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "language")
+    if not frames or not os.path.abspath(frames[-1].filename).startswith(lang_dir):
+        return None
+    pkg_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    user = [f for f in frames if not os.path.abspath(f.filename).startswith(pkg_dir) and "/tvm/" not in f.filename]
+    if not user:
+        return None
+    fr = user[-1]
+    col = (getattr(fr, "colno", None) or 0) + 1
+    return TileLangCompileError(str(e), SourceLocation(fr.filename, fr.lineno or 0, col), stage="parse")
+
+
 def _is_diagnostic(e: BaseException) -> bool:
     return type(e).__name__ == "DiagnosticError"
 
@@ -163,6 +185,9 @@ class JITFactory:
         except Exception as e:
             if _is_diagnostic(e):
                 raise _from_diagnostic(e) from None
+            located = _from_language_error(e)
+            if located is not None:
+                raise located from e
             raise
         if not _is_prim_func(func):
             raise TypeError(f"{self.factory.__name__}: a @jit factory must return a @T.prim_func, "
