@@ -12,17 +12,24 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "jit": ("tilelang_core.jit", "jit"),
-    "compile": ("tilelang_core.jit", "compile"),
-    "cache_stats": ("tilelang_core.jit", "cache_stats"),
-    "JITKernel": ("tilelang_core.jit.kernel", "JITKernel"),
     "Profiler": ("tilelang_core.profiler", "Profiler"),
     "language": ("tilelang_core.language", None),
+    "trace": ("tilelang_core.trace", None),  # a package you can also call: tilelang_core.trace(kernel)
 }
 
-from .errors import TileLangCompileError, TileLangError, TileLangRuntimeError  # noqa: E402  (light)
+from .errors import (  # noqa: E402  (light)
+    TileLangCheckError,
+    TileLangCompileError,
+    TileLangError,
+    TileLangRuntimeError,
+)
 
-__all__ = ["__version__", "TileLangError", "TileLangCompileError", "TileLangRuntimeError", *_LAZY]
+# Eager and light (no TVM, no torch at import): binding ``jit`` here also keeps the name pointing at the decorator
+# rather than at the ``tilelang_core.jit`` subpackage, which importing the subpackage would otherwise set.
+from .jit import JITKernel, cache_stats, compile, jit  # noqa: E402,A004
+
+__all__ = ["__version__", "TileLangError", "TileLangCompileError", "TileLangCheckError", "TileLangRuntimeError",
+           "jit", "compile", "cache_stats", "JITKernel", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

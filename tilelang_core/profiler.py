@@ -102,9 +102,11 @@ class Profiler:
 
     def assert_allclose(self, reference: Callable[..., Any], rtol: float = 1e-2, atol: float = 1e-2,
                         inputs: list[Any] | None = None) -> None:
-        """Run kernel and ``reference`` on the same random inputs; raise AssertionError naming the output."""
+        """Run kernel and ``reference`` on the same random inputs; on a mismatch raise a ``TileLangCheckError`` (an
+        AssertionError) naming the output, with a report for ``err.save_repro(path)``."""
         import torch
 
+        seed = self.seed
         ins = inputs if inputs is not None else self.make_inputs()
         outs = self.kernel(*ins)
         ref = reference(*ins)
@@ -118,7 +120,12 @@ class Profiler:
                 torch.testing.assert_close(o, r, rtol=rtol, atol=atol, equal_nan=False)
             except AssertionError as e:
                 name = self.kernel.params[i].name
-                raise AssertionError(f"output {name!r} differs from the reference:\n{e}") from None
+                from .trace.report import check_failure
+
+                # a TileLangCheckError (an AssertionError) carrying a report; err.save_repro(path) replays it
+                raise check_failure(f"output {name!r} differs from the reference:\n{e}", self.kernel, reference,
+                                    rtol=rtol, atol=atol, seed=None if inputs is not None else seed,
+                                    inputs_given=inputs is not None) from None
 
     def max_error(self, reference: Callable[..., Any], inputs: list[Any] | None = None) -> dict[str, float]:
         """Max absolute and relative error against ``reference`` on random inputs."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import TileLangCompileError
+from ..errors import FailureReport, TileLangCompileError
 
 SHIM_SOURCE = Path(__file__).resolve().parent.parent / "runtime" / "cpu_backend_shim.c"
 
@@ -82,8 +82,10 @@ class CpuBuild:
 
     library: Path
     sources: dict[str, str] = field(default_factory=dict)
-    link_command: list[str] = field(default_factory=list)
+    link_command: list[str] = field(default_factory=list)  # exactly as run
     target: dict[str, Any] = field(default_factory=dict)
+    llvm_target: str = ""  # the target string the LLVM module was generated for (mtriple, mcpu, opt-level, ...)
+    llvm_version: int = 0
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -101,35 +103,83 @@ def _shim_object(cache_dir: Path) -> Path:
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise TileLangCompileError(f"compiling the CPU runtime shim failed: {' '.join(cmd)}\n{res.stderr}",
-                                   stage="codegen")
+                                   stage="codegen", report=FailureReport(command=" ".join(cmd),
+                                                                         command_output=res.stderr))
     os.replace(tmp, obj)
     return obj
+
+
+def codegen(mod: Any, instruments: list[Any] | None = None) -> Any:
+    """TVM's TIR pipeline and LLVM codegen for the host (no linking); returns TVM's executable.
+
+    ``instruments`` (``tvm.instrument.pass_instrument`` objects) see every TVM pass: the compile trace uses this.
+    """
+    import tvm
+
+    try:
+        with tvm.transform.PassContext(opt_level=3, instruments=instruments or []):
+            return tvm.compile(mod, target=tvm.target.Target(host_target()))
+    except Exception as e:  # noqa: BLE001 - TVM raises many kinds; report as ours
+        raise TileLangCompileError(f"LLVM code generation failed: {e}", stage="codegen") from e
+
+
+class _Linker:
+    """``export_library``'s ``fcompile``: links exactly as TVM's ``create_shared`` does, but keeps the command
+    line and the compiler's output, for the kernel's ``sources`` and for failure reports."""
+
+    def __init__(self) -> None:
+        self.command: list[str] = []
+        self.output = ""
+
+    def __call__(self, output: str, objects: list[str], options: list[str] | None = None, **_: Any) -> None:
+        from tvm.support import cc
+
+        compiler = cc.get_cc() or "g++"
+        self.command = [compiler, "-shared", "-fPIC", "-o", output, *(options or []), *objects]
+        res = subprocess.run(self.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.output = res.stdout
+        if res.returncode != 0:
+            raise RuntimeError(f"Compilation error:\n{res.stdout}\nCommand line: {' '.join(self.command)}")
 
 
 def build(mod: Any, out_dir: Path, shim_cache: Path, instruments: list[Any] | None = None,
           want_sources: bool = True) -> CpuBuild:
     """LLVM codegen for the host and link into ``out_dir/kernel.so``."""
-    import tvm
-
     target = host_target()
     t0 = time.perf_counter()
-    try:
-        with tvm.transform.PassContext(opt_level=3, instruments=instruments or []):
-            ex = tvm.compile(mod, target=tvm.target.Target(target))
-    except Exception as e:  # noqa: BLE001 - TVM raises many kinds; report as ours
-        raise TileLangCompileError(f"LLVM code generation failed: {e}", stage="codegen") from e
+    ex = codegen(mod, instruments)
     t1 = time.perf_counter()
     lib = out_dir / "kernel.so"
     shim = _shim_object(shim_cache)
     options = [str(shim), "-fopenmp", "-O2"]
+    linker = _Linker()
     try:
-        ex.export_library(str(lib), options=options)
+        ex.export_library(str(lib), fcompile=linker, options=options)
     except Exception as e:  # noqa: BLE001
-        raise TileLangCompileError(f"linking the kernel library failed: {e}", stage="link") from e
+        raise TileLangCompileError(f"linking the kernel library failed: {e}", stage="link",
+                                   report=FailureReport(stage="link", command=" ".join(linker.command),
+                                                        command_output=linker.output)) from e
     t2 = time.perf_counter()
     sources = {}
     if want_sources:
         sources = {"llvm": ex.mod.inspect_source("ll"), "asm": ex.mod.inspect_source("asm")}
+    llvm_target = ""
+    try:
+        llvm_target = str(ex.mod.get_function("_get_target_string")())
+    except Exception:  # noqa: BLE001 - informational only
+        pass
     t3 = time.perf_counter()
-    return CpuBuild(library=lib, sources=sources, link_command=["g++", "-shared", "-fPIC", *options],
-                    target=target, timings={"codegen": t1 - t0, "link": t2 - t1, "sources": t3 - t2})
+    return CpuBuild(library=lib, sources=sources, link_command=linker.command, target=target,
+                    llvm_target=llvm_target, llvm_version=llvm_version(),
+                    timings={"codegen": t1 - t0, "link": t2 - t1, "sources": t3 - t2})
+
+
+@functools.lru_cache(maxsize=1)
+def llvm_version() -> int:
+    """Major version of the LLVM inside TVM (0 when unknown)."""
+    import tvm
+
+    try:
+        return int(tvm.target.codegen.llvm_version_major())
+    except Exception:  # noqa: BLE001
+        return 0

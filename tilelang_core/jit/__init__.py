@@ -28,7 +28,30 @@ def _from_diagnostic(e: BaseException) -> TileLangCompileError:
     loc = SourceLocation(m["file"], int(m["line"]), int(m["col"])) if m else None
     msg_line = next((ln.strip() for ln in text.splitlines() if ln.strip().startswith("error:")), text.strip())
     msg = msg_line[len("error:"):].strip() if msg_line.startswith("error:") else msg_line
+    from ..language.dtypes import ANNOTATION_ERRORS
+
+    pending = getattr(ANNOTATION_ERRORS, "last", None)
+    if pending is not None and "Unexpected type for TIR Arg" in msg:
+        # a string annotation (PEP 563) whose evaluation raised our error: report that, at the line spelling it
+        msg, literal = pending
+        if loc is not None:
+            loc = _find_literal(loc, literal)
     return TileLangCompileError(msg, loc, stage="parse")
+
+
+def _find_literal(loc: SourceLocation, literal: str) -> SourceLocation:
+    """The first line at or after ``loc`` that spells ``literal`` (a repr, either quote style)."""
+    import linecache
+
+    alts = {literal, literal.replace("'", '"')}
+    for n in range(loc.line, loc.line + 200):
+        text = linecache.getline(loc.file, n)
+        if not text:
+            break
+        for a in alts:
+            if a in text:
+                return SourceLocation(loc.file, n, text.index(a) + 1)
+    return loc
 
 
 def _from_language_error(e: BaseException) -> TileLangCompileError | None:
@@ -86,10 +109,11 @@ def _normalize_out_idx(out_idx: Any, n: int) -> list[int]:
         return []
     if isinstance(out_idx, int):
         out_idx = [out_idx]
-    try:
-        idx = [int(i) for i in out_idx]
-    except TypeError:
-        raise TypeError(f"out_idx: expected an int or a list of ints, got {out_idx!r}") from None
+    if not isinstance(out_idx, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                         for i in out_idx):
+        raise TypeError(f"out_idx: expected an int or a list of ints (parameter positions, negative counts from the "
+                        f"end), got {out_idx!r}")
+    idx = list(out_idx)
     for i in idx:
         if not -n <= i < n:
             raise ValueError(f"out_idx: index {i} is out of range for a kernel with {n} parameters")
@@ -108,6 +132,11 @@ def compile(func: Any, out_idx: Any = None, target: Any = "auto", *, name: str |
     t0 = time.perf_counter()
     specs = _param_specs(func)
     outs = _normalize_out_idx(out_idx, len(specs))
+    if backend == "cuda":
+        from ..target import cuda_target
+        from .cuda import compile_cuda
+
+        return compile_cuda(func, specs, outs, cuda_target(target), name=name, config=config)
     tgt = cpu_backend.host_target() if backend == "cpu" else {}
     key = cache.disk_key(func.script(), outs, tgt)
     art = cache.disk_get(key)
@@ -116,9 +145,15 @@ def compile(func: Any, out_idx: Any = None, target: Any = "auto", *, name: str |
         status = "compiled"
         tmp = cache.new_build_dir()
         try:
-            stages: list[tuple[str, Any]] = []
-            mod = cpu_backend.lower(func, record=lambda n, f, s: stages.append((n, f)))
-            build = cpu_backend.build(mod, tmp, cache.cache_dir())
+            try:
+                mod = cpu_backend.lower(func)
+                build = cpu_backend.build(mod, tmp, cache.cache_dir())
+            except TileLangCompileError as e:
+                from ..trace.report import describe_compile_failure
+
+                describe_compile_failure(e, func, target=target, resolved_target=tgt, out_idx=outs, specs=specs,
+                                         name=name, config=config)
+                raise
             sources = {}
             for kind, text in (("llvm", build.sources.get("llvm", "")), ("asm", build.sources.get("asm", "")),
                                ("tir", mod.script())):
@@ -128,7 +163,8 @@ def compile(func: Any, out_idx: Any = None, target: Any = "auto", *, name: str |
             art = Artifact(path=tmp, entry="main", target=tgt, params=specs, out_idx=outs, sources=sources,
                            library_sha256=sha256_file(build.library),
                            extra={"name": name or "main", "config": {k: repr(v) for k, v in (config or {}).items()},
-                                  "link_command": build.link_command})
+                                  "link_command": build.link_command, "llvm_target": build.llvm_target,
+                                  "llvm_version": build.llvm_version})
             art.write_meta()
         except BaseException:
             import shutil
@@ -171,28 +207,49 @@ class JITFactory:
             cache.STATS.memory_hits += 1
             return self._memory[mkey]
         func = self.get_program(*args, **kwargs)
-        kernel = compile(func, out_idx=self.out_idx, target=self.target, name=self.factory.__name__, config=config)
+        try:
+            kernel = compile(func, out_idx=self.out_idx, target=self.target, name=self.factory.__name__,
+                             config=config)
+        except TileLangCompileError as e:
+            self._describe(e, config)
+            raise
+        kernel.factory = self
         if mkey is not None:
             self._memory[mkey] = kernel
         return kernel
 
     def get_program(self, *args: Any, **kwargs: Any) -> Any:
         """The ``@T.prim_func`` the factory builds for these arguments (TIR with tile ops, not compiled)."""
+        from ..language.dtypes import ANNOTATION_ERRORS
+
+        ANNOTATION_ERRORS.last = None
         try:
             func = self.factory(*args, **kwargs)
+        except TileLangCompileError as e:
+            self._describe(e, self._bind(args, kwargs))
+            raise
         except TileLangError:
             raise
         except Exception as e:
             if _is_diagnostic(e):
-                raise _from_diagnostic(e) from None
+                err = _from_diagnostic(e)
+                self._describe(err, self._bind(args, kwargs))
+                raise err from None
             located = _from_language_error(e)
             if located is not None:
+                self._describe(located, self._bind(args, kwargs))
                 raise located from e
             raise
         if not _is_prim_func(func):
             raise TypeError(f"{self.factory.__name__}: a @jit factory must return a @T.prim_func, "
                             f"got {type(func).__name__}")
         return func
+
+    def _describe(self, err: TileLangCompileError, config: dict[str, Any]) -> None:
+        """Record the factory, its arguments and its source file in the error's failure report."""
+        from ..trace.report import describe_factory
+
+        describe_factory(err, self.factory, config, out_idx=self.out_idx, target=self.target, jit=True)
 
     def __repr__(self) -> str:
         return f"<tilelang_core.jit factory {self.factory.__name__}, {len(self._memory)} specialisation(s) cached>"

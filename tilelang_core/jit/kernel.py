@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from typing import TYPE_CHECKING, Any
 
 from ..runtime.artifact import Artifact, ParamSpec
-from ..runtime.call import KernelCallable
+from ..runtime.cuda_launcher import make_callable
+
+if TYPE_CHECKING:
+    from ..trace import GeneratedCode, Trace
 
 
 class JITKernel:
@@ -23,7 +27,10 @@ class JITKernel:
         self.cache_status = cache_status  # "compiled" | "disk" | "memory"
         self.compile_seconds = compile_seconds
         self.name = name or artifact.extra.get("name", artifact.entry)
-        self._callable = KernelCallable(artifact)
+        self._callable = make_callable(artifact)
+        self.factory: Any = None  # the @jit factory (JITFactory) that built it, when it came through one
+        self._trace: Trace | None = None
+        self._trace_lock = threading.Lock()
 
     # -- calling -------------------------------------------------------------------------------------------
     def __call__(self, *args: Any) -> Any:
@@ -55,10 +62,42 @@ class JITKernel:
     def source_kinds(self) -> list[str]:
         return sorted(self.artifact.sources)
 
+    @property
+    def sources(self) -> dict[str, GeneratedCode]:
+        """Generated code by kind, each labelled and with the exact command that produced it: on CPU ``"llvm"``
+        (LLVM IR) and ``"asm"`` (assembly). Read from the artifact, so a disk-cache hit has them too."""
+        from ..trace import sources_of
+
+        return sources_of(self.artifact)
+
+    @property
+    def trace(self) -> Trace:
+        """The compile trace: the program after every pass (ours and TVM's), with timings. Computed on first
+        access by re-running the lowering with instrumentation (compiling pays nothing for it), then cached."""
+        with self._trace_lock:
+            if self._trace is None:
+                if self.program is None:
+                    from ..errors import TileLangError
+
+                    raise TileLangError(f"kernel {self.name}: no program to trace (loaded from an artifact); "
+                                        "compile it from its factory to see its trace")
+                from ..trace import capture
+
+                self._trace = capture(self.program, target=self.artifact.target, name=self.name,
+                                      config=self.config)
+            return self._trace
+
     def get_profiler(self, tensor_supply: str = "randn") -> Any:
         from ..profiler import Profiler
 
         return Profiler(self, tensor_supply=tensor_supply)
+
+    def export(self, path: Any, *, source: str | None = None, reference: str | None = None) -> Any:
+        """Write this kernel as a standalone Python module (see :func:`tilelang_core.export.export_kernel`);
+        ``import m; m.kernel(a, b)`` then works with torch and apache-tvm-ffi alone. Returns the path."""
+        from ..export import export_kernel
+
+        return export_kernel(self, path, source=source, reference=reference)
 
     def __repr__(self) -> str:
         ins = ", ".join(str(self.params[i]) for i in self.in_idx)

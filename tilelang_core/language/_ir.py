@@ -16,7 +16,7 @@ import tvm
 from tvm import tirx
 from tvm.ir import Op, Range, TensorLoad, TensorRegion
 
-TILE_OPS = ("tl.copy", "tl.gemm", "tl.fill", "tl.reduce", "tl.atomic_add", "tl.print")
+TILE_OPS = ("tl.copy", "tl.gemm", "tl.fill", "tl.reduce", "tl.atomic_add", "tl.print", "tl.use_swizzle")
 
 for _name in TILE_OPS:
     tvm.ir.register_op_attr(_name, "TCallEffectKind", 3)  # opaque: never moved or removed by TVM
@@ -110,7 +110,10 @@ class Region:
 
 
 def dtype_of(e: Any) -> str | None:
-    """The dtype string of a TIR expression (0.27 keeps it on ``expr.ty``), or None for non-expressions."""
+    """The dtype string of a TIR expression (0.27 keeps it on ``expr.ty``), or None for non-expressions
+    (buffers included: a Buffer is a Var in 0.27 but not a scalar value)."""
+    if is_buffer(e):
+        return None
     ty = getattr(e, "ty", None)
     dt = getattr(ty, "dtype", None)
     if dt is not None:

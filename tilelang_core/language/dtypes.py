@@ -6,9 +6,15 @@ accepted ones, at the line that wrote it.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from tvm.script import tirx as _T
+
+# The last parameter-annotation error, per thread. TVMScript's parser swallows an exception raised while it
+# evaluates a string annotation (``from __future__ import annotations``) and reports an unrelated type error
+# instead; jit consults this record to report ours.
+ANNOTATION_ERRORS = threading.local()
 
 SUPPORTED_DTYPES = (
     "float16", "bfloat16", "float32", "float64",
@@ -38,7 +44,21 @@ def Tensor(shape: Any, dtype: Any = "float32", *args: Any, **kwargs: Any) -> Any
     for i, s in enumerate(shape):
         if isinstance(s, int) and s <= 0:
             raise ValueError(f"T.Tensor shape: dimension {i} must be positive, got {s} in shape {tuple(shape)}")
-    return _T.Buffer(tuple(shape), canonical_dtype(dtype, "T.Tensor dtype"), *args, **kwargs)
+    try:
+        dt = canonical_dtype(dtype, "T.Tensor dtype")
+    except ValueError as e:
+        ANNOTATION_ERRORS.last = (str(e), repr(dtype))
+        raise
+    # the kernel accepts any contiguous tensor, whatever its start address (numpy arrays are 16-byte aligned,
+    # torch views can start anywhere): promise LLVM only element alignment, never TVM's default of 64 bytes
+    kwargs.setdefault("align", _elem_bytes(dt))
+    return _T.Buffer(tuple(shape), dt, *args, **kwargs)
+
+
+def _elem_bytes(dtype: str) -> int:
+    import tvm
+
+    return max(tvm.DataType(dtype).bits // 8, 1)
 
 
 Buffer = Tensor

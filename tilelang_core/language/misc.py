@@ -6,14 +6,15 @@ from typing import Any
 
 import tvm
 from tvm import tirx
-from tvm.ir import TensorLoad
+from tvm.ir import TensorLoad, TensorRegion
 
 from ._ir import describe, dtype_of, emit, is_buffer, shape_of, to_region
 
 
 def atomic_add(dst: Any, value: Any, **_ignored: Any) -> None:
     """``dst += value`` safely when several blocks update the same element or tile."""
-    if isinstance(dst, TensorLoad):
+    tile_value = is_buffer(value) or isinstance(value, TensorRegion)
+    if isinstance(dst, TensorLoad) and not tile_value:
         if dtype_of(value) is None and not isinstance(value, (int, float)):
             raise TypeError(f"T.atomic_add value: expected a scalar expression, got {describe(value)}")
         val = tirx.const(value, dst.source.dtype) if isinstance(value, (int, float)) else value
@@ -39,4 +40,7 @@ def use_swizzle(panel_size: int = 8, order: str = "row", enable: bool = True) ->
     """Block rasterisation hint for L2 reuse on GPUs. Accepted everywhere; the CPU backend ignores it."""
     if not isinstance(panel_size, int) or panel_size <= 0:
         raise ValueError(f"T.use_swizzle panel_size: expected a positive int, got {panel_size!r}")
-    return None
+    if order not in ("row", "col"):
+        raise ValueError(f"T.use_swizzle order: expected 'row' or 'col', got {order!r}")
+    if enable:
+        emit("tl.use_swizzle", [tirx.IntImm("int32", panel_size), tvm.ir.StringImm(order)])

@@ -25,5 +25,30 @@ def cpu_passes(vector_bytes: int) -> list[tuple[str, Any]]:
     ]
 
 
-__all__ = ["cpu_passes", "validate_tile_ops", "lower_kernel_grid_cpu", "lower_tile_ops_cpu", "lower_parallel_cpu",
+def cuda_passes(arch: str = "sm_90") -> list[tuple[str, Any]]:
+    """The CUDA pipeline as (name, PrimFunc -> PrimFunc): validate, launch config, fragment layouts, software
+    pipelining, barriers, tile ops -> per-thread code, T.Parallel -> per-thread code, shared-memory placement.
+    Imported lazily so the CPU path does not load them."""
+    from .infer_fragment_layouts_cuda import infer_fragment_layouts_cuda
+    from .insert_syncs_cuda import insert_syncs_cuda
+    from .lower_kernel_launch_cuda import lower_kernel_launch_cuda
+    from .lower_parallel_cuda import lower_parallel_cuda
+    from .lower_shared_memory_cuda import lower_shared_memory_cuda
+    from .lower_tile_ops_cuda import lower_tile_ops_cuda
+    from .pipeline_cuda import pipeline_cuda
+
+    return [
+        ("tl.ValidateTileOps", validate_tile_ops),
+        ("tl.LowerKernelLaunchCUDA", lower_kernel_launch_cuda),
+        ("tl.InferFragmentLayoutsCUDA", infer_fragment_layouts_cuda),
+        ("tl.PipelineCUDA", pipeline_cuda),
+        ("tl.InsertSyncsCUDA", insert_syncs_cuda),
+        ("tl.LowerTileOpsCUDA", lower_tile_ops_cuda),
+        ("tl.LowerParallelCUDA", lower_parallel_cuda),
+        ("tl.LowerSharedMemoryCUDA", lambda f: lower_shared_memory_cuda(f, arch)),
+    ]
+
+
+__all__ = ["cpu_passes", "cuda_passes", "validate_tile_ops", "lower_kernel_grid_cpu", "lower_tile_ops_cpu",
+           "lower_parallel_cpu",
            "localize_buffers_cpu", "fast_exp_cpu"]

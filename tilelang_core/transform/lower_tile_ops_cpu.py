@@ -341,6 +341,10 @@ class LowerTileOpsCPU(Rewriter):
 
         return self.nest([dst.extents[d] for d in dd], body, s.span)
 
+    # -- use_swizzle ---------------------------------------------------------------------------------------
+    def _lower_use_swizzle(self, s: Any, args: list[Any]) -> Any:
+        return tirx.Evaluate(tirx.IntImm("int32", 0), span=s.span)  # block order does not matter on a CPU
+
     # -- print ---------------------------------------------------------------------------------------------
     def _lower_print(self, s: Any, args: list[Any]) -> Any:
         obj, msg = args[0], str(args[1].value)

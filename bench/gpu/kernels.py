@@ -1,0 +1,180 @@
+"""The kernels the GPU check and benchmark run: which factory, which arguments, which torch reference.
+
+Why this module exists: ``bench/gpu/build.py`` compiles every entry here (on a machine with TVM and nvcc, no
+GPU needed) into ``.gpu_artifacts/``; ``bench/gpu/run.py`` runs them on the GPU, where there is no TVM. The
+entries reuse the CPU issue's kernels unchanged — ``examples/`` and the factories of ``tests/`` — so "one program,
+every target" is what is checked. References are named (functions of ``bench/gpu/refs.py``, torch only) so the
+manifest is plain JSON.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Entry:
+    """One compiled kernel and how to check (and maybe time) it."""
+
+    name: str
+    module: str  # where the @jit factory lives (examples.* or a tests module)
+    factory: str
+    args: tuple = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    ref: str = ""  # function in refs.py
+    ref_kw: dict[str, Any] = field(default_factory=dict)
+    rtol: float = 1e-4
+    atol: float = 1e-4
+    inputs: dict[str, Any] = field(default_factory=dict)  # per-parameter generator overrides: name -> spec
+    bench: str | None = None  # benchmark group ("gemm", "add", "softmax", "rmsnorm", ...) or None
+    flops: float = 0.0
+    bytes: float = 0.0
+    check: bool = True
+
+
+def _gemm_bench(M: int, N: int, K: int, bm: int, bn: int, bk: int, stages: int, threads: int,
+                tag: str) -> Entry:
+    return Entry(f"gemm_f16_{M}x{N}x{K}_{tag}", "examples.gemm", "matmul_relu", (M, N, K, bm, bn, bk),
+                 {"num_stages": stages, "threads": threads, "dtype": "float16", "accum_dtype": "float32"},
+                 "matmul_relu", rtol=2e-2, atol=2e-2, bench="gemm", flops=2.0 * M * N * K,
+                 bytes=2.0 * (M * K + K * N + M * N))
+
+
+def entries() -> list[Entry]:
+    E = Entry
+    out = [
+        # -- the CPU issue's kernels (examples/), aligned and ragged -------------------------------------------
+        E("quickstart_f32_1024", "examples.gemm", "matmul_relu", (1024, 1024, 1024, 64, 64, 32), {}, "matmul_relu"),
+        E("quickstart_f32_ragged", "examples.gemm", "matmul_relu", (300, 200, 130, 64, 64, 32), {}, "matmul_relu"),
+        E("quickstart_f16_1024", "examples.gemm", "matmul_relu", (1024, 1024, 1024, 128, 128, 32),
+          {"dtype": "float16"}, "matmul_relu", rtol=2e-2, atol=2e-2),
+        E("quickstart_f16_ragged", "examples.gemm", "matmul_relu", (300, 200, 136, 128, 128, 32),
+          {"dtype": "float16"}, "matmul_relu", rtol=2e-2, atol=2e-2),
+        E("gemm_f16_ragged_k", "examples.gemm", "matmul", (257, 130, 100, 64, 64, 32),
+          {"dtype": "float16"}, "matmul", rtol=2e-2, atol=2e-2),
+        E("add_tiled", "examples.elementwise", "add_tiled", (4096, 4096), {}, "add", rtol=0, atol=0),
+        E("add_tiled_ragged", "examples.elementwise", "add_tiled", (1000, 1030), {}, "add", rtol=0, atol=0),
+        E("add_direct_ragged", "examples.elementwise", "add_direct", (1000, 1030), {}, "add", rtol=0, atol=0),
+        E("softmax_4096", "examples.softmax", "softmax", (4096, 4096), {}, "softmax", rtol=1e-5, atol=1e-6),
+        E("softmax_ragged", "examples.softmax", "softmax", (1001, 333), {}, "softmax", rtol=1e-5, atol=1e-6),
+        E("softmax_rows4", "examples.softmax", "softmax", (1001, 333), {"block_M": 4}, "softmax", rtol=1e-5,
+          atol=1e-6),
+        E("rmsnorm_4096", "examples.rmsnorm", "rms_norm", (4096, 4096), {}, "rmsnorm", rtol=1e-4, atol=1e-5),
+        E("rmsnorm_ragged", "examples.rmsnorm", "rms_norm", (1001, 333), {}, "rmsnorm", rtol=1e-4, atol=1e-5),
+        E("gemv_8192", "examples.gemv", "gemv", (8192, 8192), {}, "gemv", rtol=1e-3, atol=1e-3),
+        E("gemv_ragged", "examples.gemv", "gemv", (1000, 1030), {}, "gemv", rtol=1e-3, atol=1e-3),
+        # -- kernels of the CPU test-suite -------------------------------------------------------------------
+        E("t_gemm_transA", "test_gemm", "matmul", (200, 136, 72, 64, 64, 32), {"trans_A": True}, "matmul",
+          {"trans_A": True}),
+        E("t_gemm_transB", "test_gemm", "matmul", (200, 136, 72, 64, 64, 32), {"trans_B": True}, "matmul",
+          {"trans_B": True}),
+        E("t_gemm_f16_tAB", "test_gemm", "matmul", (256, 128, 96, 64, 64, 32),
+          {"trans_A": True, "trans_B": True, "in_dtype": "float16"}, "matmul", {"trans_A": True, "trans_B": True},
+          rtol=2e-2, atol=2e-2),
+        E("t_gemm_f16_tB_ragged", "test_gemm", "matmul", (200, 136, 72, 64, 64, 32),
+          {"trans_B": True, "in_dtype": "float16"}, "matmul", {"trans_B": True}, rtol=2e-2, atol=2e-2),
+        E("t_gemm_bf16", "test_gemm", "matmul", (256, 256, 256, 64, 64, 32), {"in_dtype": "bfloat16"}, "matmul",
+          rtol=3e-2, atol=3e-2),
+        E("t_gemm_f16_out", "test_gemm", "matmul", (256, 256, 256, 64, 64, 32),
+          {"in_dtype": "float16", "out_dtype": "float16", "accum_dtype": "float16"}, "matmul", rtol=3e-2,
+          atol=3e-2),
+        E("t_gemm_f64", "test_gemm", "matmul", (96, 80, 70, 32, 32, 16),
+          {"in_dtype": "float64", "out_dtype": "float64", "accum_dtype": "float64"}, "matmul", rtol=1e-10,
+          atol=1e-10),
+        E("t_gemm_i8", "test_gemm", "matmul", (96, 64, 80, 32, 32, 16),
+          {"in_dtype": "int8", "out_dtype": "int32", "accum_dtype": "int32"}, "matmul", rtol=0, atol=0,
+          inputs={"*": ["randint", -8, 8]}),
+        E("t_gemm_swizzle", "test_gemm", "matmul", (512, 384, 128, 64, 64, 32), {"swizzle": True}, "matmul"),
+        E("t_gemm_a_fragment", "test_gemm", "matmul_a_fragment", (200, 136, 72, 64, 64, 32, 0.5), {},
+          "matmul_scaled_a", {"scale": 0.5}),
+        E("t_gemm_clear_accum", "test_gemm", "matmul_clear_accum", (128, 96, 64, 32, 32), {}, "matmul"),
+        E("t_gemm_batched", "test_gemm", "batched_matmul", (3, 100, 72, 40, 32, 32, 16), {}, "bmm"),
+        E("t_add_1d_ragged", "test_elementwise", "add_1d", (1000, 128), {}, "add", rtol=0, atol=0),
+        E("t_add_2d_direct", "test_elementwise", "add_2d_direct", (100, 70, 32, 32), {}, "add", rtol=0, atol=0),
+        E("t_add_2d_tiles", "test_elementwise", "add_2d_tiles", (100, 70, 32, 32), {}, "add", rtol=0, atol=0),
+        E("t_add_f16", "test_elementwise", "add_2d_tiles", (128, 96, 32, 32), {"dtype": "float16"}, "add",
+          rtol=1e-3, atol=1e-3),
+        E("t_axpy_slices", "test_elementwise", "axpy_slices", (100, 70, 32, 1.5), {}, "axpy", {"alpha": 1.5}),
+        E("t_bias_broadcast", "test_elementwise", "bias_add_broadcast", (100, 70, 32, 32), {}, "add_bias"),
+        E("t_row_cumsum", "test_language_features", "row_cumsum", (70, 48, 32), {}, "cumsum", rtol=1e-5,
+          atol=1e-5),
+        E("t_horner", "test_language_features", "cubic_horner", (1000, 128), {}, "horner", rtol=1e-5, atol=1e-5),
+        E("t_transpose", "test_language_features", "transpose", (100, 70, 32, 16), {}, "transpose", rtol=0, atol=0),
+        E("t_augmented", "test_language_features", "augmented_ops", (96, 80, 32, 32), {}, "augmented", rtol=1e-6,
+          atol=1e-6),
+        E("t_silu", "test_language_features", "activation", (777, 128, "silu"), {}, "silu", rtol=1e-5, atol=1e-6),
+        E("t_split_k", "test_language_features", "split_k_accumulate_scalar", (100, 70, 96, 32, 32, 3), {},
+          "accumulate_matmul"),
+        E("t_split_k_tile", "test_language_features", "split_k_accumulate_tile", (90, 50, 128, 32, 32, 16, 4,
+                                                                                   "slice"), {},
+          "accumulate_matmul"),
+        E("t_histogram", "test_language_features", "histogram", (1000, 8, 64), {}, "histogram", rtol=0, atol=0,
+          inputs={"X": ["randint", 0, 8], "H": ["randint", 0, 5]}),
+        E("t_math", "test_language_features", "math_functions", (1000, 128), {}, "math10", rtol=1e-5, atol=1e-6),
+        E("t_reduce_sum_d1", "test_reductions", "tile_reduce", (64, 96, 32, 32, "sum", 1), {}, "tile_reduce",
+          {"block_M": 32, "block_N": 32, "kind": "sum", "dim": 1, "clear": True}, rtol=1e-5, atol=1e-5),
+        E("t_reduce_max_d0", "test_reductions", "tile_reduce", (64, 96, 32, 32, "max", 0), {}, "tile_reduce",
+          {"block_M": 32, "block_N": 32, "kind": "max", "dim": 0, "clear": True}, rtol=0, atol=0),
+        E("t_reduce_absmax_noclear", "test_reductions", "tile_reduce", (64, 96, 32, 32, "absmax", 1, False), {},
+          "tile_reduce", {"block_M": 32, "block_N": 32, "kind": "absmax", "dim": 1, "clear": False}, rtol=0,
+          atol=0),
+        E("t_reduce_min_d0_noclear", "test_reductions", "tile_reduce", (64, 96, 32, 32, "min", 0, False), {},
+          "tile_reduce", {"block_M": 32, "block_N": 32, "kind": "min", "dim": 0, "clear": False}, rtol=0,
+          atol=0),
+        E("t_row_max_shared", "test_reductions", "row_max_from_shared", (70, 48, 32), {}, "row_max", rtol=0,
+          atol=0),
+        E("t_online_softmax", "test_reductions", "online_softmax", (100, 256, 4, 64), {}, "softmax", rtol=1e-5,
+          atol=1e-6),
+    ]
+    # -- benchmarks (checked too) ----------------------------------------------------------------------------
+    big = [(128, 128, 32, 4, 128), (128, 128, 64, 3, 128), (128, 128, 64, 4, 128), (128, 256, 64, 3, 256),
+           (256, 128, 64, 3, 256), (128, 256, 32, 4, 256)]
+    configs = {
+        (4096, 4096, 4096): big,
+        (8192, 8192, 8192): big,
+        (16, 8192, 8192): [(16, 64, 128, 4, 128), (16, 32, 256, 4, 128), (16, 64, 256, 3, 128)],
+        (128, 8192, 28672): [(128, 128, 32, 4, 128), (64, 128, 64, 4, 128), (128, 64, 64, 4, 128),
+                             (128, 128, 64, 4, 128)],
+    }
+    for (M, N, K), cfgs in configs.items():
+        for bm, bn, bk, st, th in cfgs:
+            out.append(_gemm_bench(M, N, K, bm, bn, bk, st, th, f"{bm}x{bn}x{bk}s{st}t{th}"))
+    # the test-suite's matmul with T.use_swizzle(panel_size=4) (block rasterisation), 3 stages, 128 threads
+    for M, N, K in ((4096, 4096, 4096), (8192, 8192, 8192)):
+        for bk in (32, 64):
+            out.append(Entry(f"gemm_swz_f16_{M}x{N}x{K}_128x128x{bk}", "test_gemm", "matmul", (M, N, K, 128, 128, bk),
+                             {"in_dtype": "float16", "out_dtype": "float16", "swizzle": True}, "matmul", rtol=2e-2,
+                             atol=2e-2, bench="gemm", flops=2.0 * M * N * K, bytes=2.0 * (M * K + K * N + M * N)))
+    M, N = 8192, 8192
+    for bm, bn in ((8, 1024), (4, 2048)):
+        out.append(E(f"add_f32_{M}x{N}_{bm}x{bn}", "examples.elementwise", "add_direct", (M, N),
+                     {"block_M": bm, "block_N": bn, "threads": 256}, "add", rtol=0, atol=0, bench="add",
+                     bytes=3.0 * M * N * 4))
+    out.append(E(f"add_tiled_f32_{M}x{N}", "examples.elementwise", "add_tiled", (M, N),
+                 {"block_M": 8, "block_N": 1024, "threads": 256}, "add", rtol=0, atol=0, bench="add",
+                 bytes=3.0 * M * N * 4))
+    for threads in (128, 256, 512):
+        out.append(E(f"softmax_f32_{M}x{N}_t{threads}", "examples.softmax", "softmax", (M, N),
+                     {"block_M": 1, "threads": threads}, "softmax", rtol=1e-5, atol=1e-6, bench="softmax",
+                     bytes=2.0 * M * N * 4))
+        out.append(E(f"rmsnorm_f32_{M}x{N}_t{threads}", "examples.rmsnorm", "rms_norm", (M, N),
+                     {"block_M": 1, "threads": threads}, "rmsnorm", rtol=1e-4, atol=1e-5, bench="rmsnorm",
+                     bytes=2.0 * M * N * 4))
+    out.append(E("launch_tiny", "test_elementwise", "add_1d", (128, 128), {}, "add", rtol=0, atol=0,
+                 bench="launch"))
+    return out
+
+
+def load_factory(entry: Entry) -> Any:
+    """Import the entry's @jit factory (build time only: this imports the compiler)."""
+    import importlib
+
+    for p in (str(ROOT), str(ROOT / "tests")):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    return getattr(importlib.import_module(entry.module), entry.factory)

@@ -1,0 +1,287 @@
+"""GPU check and benchmark: run the prebuilt CUDA artifacts against torch (and Triton) on the GPU host.
+
+Why this script exists: it is the one thing run on the H200 (no TVM there). It loads ``.gpu_artifacts/`` (built
+by ``bench/gpu/build.py``) through ``tilelang_core.runtime`` only, and
+
+1. checks every kernel against its torch reference on fresh random inputs, with the outputs poisoned first (NaN,
+   or a sentinel for integers) so an element the kernel never wrote is caught;
+2. measures launch overhead: our launcher on a one-block kernel against a tiny torch op;
+3. times (CUDA events, median after warm-up, ``triton.testing.do_bench``) the quickstart GEMM fp16 at the issue's
+   shapes (best of the built configs) against torch (cuBLAS) and Triton, and elementwise add, softmax and RMSNorm
+   against torch — then prints the table of ratios last.
+
+    python bench/gpu/run.py [--artifacts .gpu_artifacts] [--only SUBSTR ...] [--no-bench] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import refs  # noqa: E402
+import torch  # noqa: E402
+
+from tilelang_core.runtime import load_artifact  # noqa: E402
+from tilelang_core.runtime.call import torch_dtype  # noqa: E402
+from tilelang_core.runtime.cuda_launcher import CudaKernelCallable  # noqa: E402
+
+
+def make_input(spec: Any, gen_spec: Any, g: torch.Generator) -> torch.Tensor:
+    dt = torch_dtype(spec.dtype)
+    shape = tuple(spec.shape)
+    if gen_spec is not None and gen_spec[0] == "randint":
+        return torch.randint(gen_spec[1], gen_spec[2], shape, generator=g, device="cuda").to(dt)
+    if dt.is_floating_point:
+        return torch.randn(shape, generator=g, device="cuda", dtype=torch.float32).to(dt)
+    return torch.randint(-8, 8, shape, generator=g, device="cuda").to(dt)
+
+
+def poison(t: torch.Tensor) -> None:
+    if t.dtype.is_floating_point:
+        t.fill_(float("nan"))
+    else:
+        t.fill_(-777 if t.dtype != torch.uint8 else 201)
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float) -> tuple[bool, str]:
+    o = out.double() if out.dtype.is_floating_point else out.long()
+    r = ref.to(o.dtype)
+    if o.shape != r.shape:
+        return False, f"shape {tuple(o.shape)} vs reference {tuple(r.shape)}"
+    if out.dtype.is_floating_point:
+        unwritten = torch.isnan(o) & ~torch.isnan(r)
+        n_unw = int(unwritten.sum())
+        if n_unw:
+            idx = unwritten.nonzero()[:3].tolist()
+            return False, f"{n_unw} element(s) never written (still NaN), e.g. at {idx}"
+    else:
+        n_unw = int(((o == -777) & (r != -777)).sum())
+    diff = (o - r).abs()
+    tol = atol + rtol * r.abs()
+    bad = diff > tol
+    nbad = int(bad.sum())
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+    rel = float(torch.linalg.norm((o - r).double().flatten()) / max(float(torch.linalg.norm(r.double().flatten())),
+                                                                        1e-30))
+    msg = f"max|err|={max_abs:.3e} rel_l2={rel:.2e}"
+    if nbad:
+        idx = bad.nonzero()[:3].tolist()
+        vals = [(float(o[tuple(i)]), float(r[tuple(i)])) for i in idx]
+        return False, msg + f"; {nbad}/{o.numel()} outside rtol={rtol} atol={atol}, e.g. {idx} got/want {vals}"
+    return True, msg
+
+
+def check_entry(entry: dict[str, Any], kern: CudaKernelCallable, g: torch.Generator) -> tuple[bool, str]:
+    art = kern.artifact
+    gens = entry.get("inputs", {})
+    tensors: list[Any] = []
+    for i, spec in enumerate(art.params):
+        if i in kern.out_idx:
+            t = torch.empty(tuple(spec.shape), dtype=torch_dtype(spec.dtype), device="cuda")
+            poison(t)
+        else:
+            t = make_input(spec, gens.get(spec.name, gens.get("*")), g)
+        tensors.append(t)
+    inputs = [tensors[i] for i in kern.in_idx]
+    ref_fn = getattr(refs, entry["ref"])
+    expected = ref_fn(*[x.clone() for x in inputs], **entry.get("ref_kw", {}))
+    kern(*tensors)
+    torch.cuda.synchronize()
+    if isinstance(expected, dict):
+        pairs = [(tensors[i], expected[i], art.params[i].name) for i in expected]
+    else:
+        pairs = [(tensors[i], e, art.params[i].name) for i, e in zip(kern.out_idx, expected)]
+    msgs = []
+    ok_all = True
+    for out, ref, name in pairs:
+        ok, msg = compare(out, ref, entry["rtol"], entry["atol"])
+        ok_all &= ok
+        msgs.append(f"{name}: {msg}")
+    return ok_all, "; ".join(msgs)
+
+
+def bench_ms(fn: Any, warmup: int = 25, rep: int = 100) -> float:
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+
+
+def launch_overhead(kern: CudaKernelCallable, n: int = 3000) -> tuple[float, float]:
+    """Host time per call (µs): our launcher (with argument checks) vs a tiny torch op, back to back."""
+    a = torch.randn(128, device="cuda")
+    b = torch.randn(128, device="cuda")
+    c = torch.empty(128, device="cuda")
+    for _ in range(200):
+        kern(a, b, c)
+        torch.add(a, b, out=c)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        kern(a, b, c)
+    torch.cuda.synchronize()
+    ours = (time.perf_counter() - t0) / n * 1e6
+    t0 = time.perf_counter()
+    for _ in range(n):
+        torch.add(a, b, out=c)
+    torch.cuda.synchronize()
+    theirs = (time.perf_counter() - t0) / n * 1e6
+    return ours, theirs
+
+
+def bench_gemm(shape: tuple, es: list[dict[str, Any]], kernels: dict[str, Any], tri: Any, detail: list[str],
+               results: dict[str, Any]) -> tuple:
+    """Best of our configs for one (factory, GEMM shape), against cuBLAS (torch.matmul) and Triton (+ReLU)."""
+    factory, M, N, K = shape
+    relu = factory.endswith("matmul_relu")
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    c = torch.empty(M, N, device="cuda", dtype=torch.float16)
+    best: tuple[float, str] | None = None
+    for e in es:
+        kern = kernels[e["name"]]
+        ms = bench_ms(lambda kern=kern: kern(a, b, c))
+        detail.append(f"  {e['name']:44s} {ms * 1e3:9.1f} us {e['flops'] / ms / 1e9:7.1f} TFLOP/s")
+        if best is None or ms < best[0]:
+            best = (ms, e["name"])
+    assert best is not None
+    t_torch = bench_ms(lambda: torch.matmul(a, b, out=c))
+    t_tri = None
+    if tri is not None:
+        try:
+            t_tri = bench_ms(lambda: tri.matmul(a, b, relu=relu, out=c))
+        except Exception as ex:  # noqa: BLE001
+            print(f"triton matmul failed: {ex}")
+    fl = 2.0 * M * N * K
+    results["bench"][f"{factory}_{M}x{N}x{K}"] = {"ours_ms": best[0], "config": best[1], "torch_ms": t_torch,
+                                                  "triton_ms": t_tri}
+    what = "quickstart GEMM+ReLU" if relu else "GEMM, T.use_swizzle"
+    return ("gemm f16", f"{M}x{N}x{K} ({what})", f"{fl / best[0] / 1e9:.0f} TF/s ({best[0] * 1e3:.0f} us)",
+            f"{fl / t_torch / 1e9:.0f} TF/s", f"{fl / t_tri / 1e9:.0f} TF/s" if t_tri else "-",
+            f"{t_torch / best[0]:.2f}x cuBLAS" + (f", {t_tri / best[0]:.2f}x Triton" if t_tri else ""))
+
+
+def bench_memory(grp: str, es: list[dict[str, Any]], kernels: dict[str, Any], detail: list[str],
+                 results: dict[str, Any]) -> tuple:
+    """Best of our configs for a memory-bound kernel (fp32), against the torch op."""
+    M, N = es[0]["args"][:2]
+    x = torch.randn(M, N, device="cuda")
+    y = torch.randn(M, N, device="cuda")
+    w = torch.randn(N, device="cuda")
+    out = torch.empty(M, N, device="cuda")
+    args = {"add": (x, y, out), "softmax": (x, out), "rmsnorm": (x, w, out)}[grp]
+    best: tuple[float, str, float] | None = None
+    for e in es:
+        kern = kernels[e["name"]]
+        ms = bench_ms(lambda kern=kern: kern(*args))
+        detail.append(f"  {e['name']:44s} {ms * 1e3:9.1f} us {e['bytes'] / ms / 1e6:7.0f} GB/s")
+        if best is None or ms < best[0]:
+            best = (ms, e["name"], e["bytes"])
+    assert best is not None
+    if grp == "add":
+        t_torch = bench_ms(lambda: torch.add(x, y, out=out))
+    elif grp == "softmax":
+        t_torch = bench_ms(lambda: torch.softmax(x, dim=-1))
+    else:
+        t_torch = bench_ms(lambda: torch.nn.functional.rms_norm(x, (N,), w, 1e-6))
+    nbytes = best[2]
+    results["bench"][f"{grp}_{M}x{N}"] = {"ours_ms": best[0], "config": best[1], "torch_ms": t_torch}
+    return (grp, f"{M}x{N} fp32", f"{nbytes / best[0] / 1e6:.0f} GB/s ({best[0] * 1e3:.0f} us)",
+            f"{nbytes / t_torch / 1e6:.0f} GB/s", "-", f"{t_torch / best[0]:.2f}x torch")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--artifacts", default=str(ROOT / ".gpu_artifacts"))
+    p.add_argument("--only", nargs="*", default=None)
+    p.add_argument("--no-bench", action="store_true")
+    p.add_argument("--no-triton", action="store_true")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+
+    root = Path(args.artifacts)
+    manifest = json.loads((root / "manifest.json").read_text())
+    entries = [e for e in manifest["entries"] if not args.only or any(s in e["name"] for s in args.only)]
+    print(f"GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  artifacts {root} "
+          f"({manifest['arch']}, {len(entries)} entries)")
+    g = torch.Generator(device="cuda")
+    g.manual_seed(1234)
+    kernels: dict[str, CudaKernelCallable] = {}
+    results: dict[str, Any] = {"checks": {}, "bench": {}}
+    n_fail = 0
+    # -- 1. correctness ------------------------------------------------------------------------------------
+    for e in entries:
+        try:
+            art = load_artifact(root / e["dir"])
+            kern = CudaKernelCallable(art)
+            kernels[e["name"]] = kern
+            ok, msg = check_entry(e, kern, g)
+            if ok:  # a second draw of inputs: the same function on any valid input
+                ok, msg2 = check_entry(e, kern, g)
+                msg = msg if ok else msg2
+        except Exception as ex:  # noqa: BLE001 - report and go on
+            ok, msg = False, f"{type(ex).__name__}: {ex}\n{traceback.format_exc(limit=3)}"
+            try:
+                torch.cuda.synchronize()
+            except Exception:  # noqa: BLE001 - a sticky CUDA error ends the run
+                print(f"FAIL {e['name']}: {msg}")
+                print("CUDA context is broken; stopping")
+                return 2
+        n_fail += not ok
+        results["checks"][e["name"]] = {"ok": ok, "msg": msg}
+        print(f"{'PASS' if ok else 'FAIL'} {e['name']:44s} {msg}")
+    print(f"correctness: {len(entries) - n_fail}/{len(entries)} passed")
+    if args.no_bench:
+        return 1 if n_fail else 0
+
+    # -- 2. launch overhead --------------------------------------------------------------------------------
+    rows: list[tuple[str, str, str, str, str, str]] = []
+    if "launch_tiny" in kernels:
+        ours, theirs = launch_overhead(kernels["launch_tiny"])
+        results["bench"]["launch_overhead_us"] = {"ours": ours, "torch_add": theirs}
+        rows.append(("launch", "host time per call (1-block add)", f"{ours:.1f} us", f"{theirs:.1f} us", "",
+                     f"{theirs / ours:.2f}x"))
+
+    # -- 3. timings ----------------------------------------------------------------------------------------
+    tri = None
+    if not args.no_triton:
+        try:
+            import triton_ref as tri
+        except Exception as ex:  # noqa: BLE001
+            print(f"Triton reference unavailable: {ex}")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for e in entries:
+        if e.get("bench") and e["bench"] != "launch" and e["name"] in kernels and results["checks"][e["name"]]["ok"]:
+            groups.setdefault(e["bench"], []).append(e)
+    detail: list[str] = []
+    shapes: dict[tuple, list[dict[str, Any]]] = {}
+    for e in groups.get("gemm", []):
+        shapes.setdefault((f"{e['module']}.{e['factory']}", *e["args"][:3]), []).append(e)
+    for key, es in shapes.items():
+        rows.append(bench_gemm(key, es, kernels, tri, detail, results))
+    for grp in ("add", "softmax", "rmsnorm"):
+        if groups.get(grp):
+            rows.append(bench_memory(grp, groups[grp], kernels, detail, results))
+    print("\nper-config timings (median, triton.testing.do_bench):")
+    print("\n".join(detail))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    print(f"\ncorrectness: {len(entries) - n_fail}/{len(entries)} kernels passed")
+    print("\n| workload | shape | ours | torch | Triton | ours vs reference (time ratio, >1 = faster) |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+    return 1 if n_fail else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""Shared fixtures: an isolated kernel cache for the whole session, a seeded torch RNG per test, and a runner for
+checks that could crash the interpreter (they run in a child process, so a crash fails one test, not the run)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_kernel_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Point the disk cache at a fresh directory before anything is compiled, so tests never touch the user's."""
+    cache_root = tmp_path_factory.mktemp("tilelang_core_cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TILELANG_CORE_CACHE_DIR", str(cache_root))
+        mp.delenv("TILELANG_CORE_DISABLE_CACHE", raising=False)
+        yield cache_root
+
+
+@pytest.fixture(autouse=True)
+def seeded_rng():
+    """Every test draws different-but-reproducible random inputs."""
+    torch.manual_seed(1234)
+    yield
+
+
+def _run_isolated(func: Callable[[], None], timeout: float = 300) -> None:
+    """Call ``func`` (a module-level function of a test module) in a fresh interpreter; fail on error or crash."""
+    module = func.__module__
+    code = (
+        "import faulthandler, sys\n"
+        "faulthandler.enable()\n"
+        f"sys.path.insert(0, {str(TESTS_DIR)!r})\n"
+        f"import {module} as m\n"
+        f"m.{func.__name__}()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    if proc.returncode < 0:
+        name = signal.Signals(-proc.returncode).name
+        pytest.fail(f"{func.__name__} crashed the interpreter with {name}:\n{proc.stdout[-2000:]}\n"
+                    f"{proc.stderr[-4000:]}", pytrace=False)
+    assert proc.returncode == 0, f"{func.__name__} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+
+
+@pytest.fixture
+def run_isolated() -> Callable[..., None]:
+    """``run_isolated(fn)`` runs a module-level check in a child process (inherits the isolated cache dir)."""
+    return _run_isolated

@@ -1,0 +1,66 @@
+"""CUDA backend: our CUDA passes, TVM's CUDA code generator, then nvcc (or NVRTC) to a cubin.
+
+``lower`` runs ``transform.cuda_passes``; ``build`` generates CUDA C (``kernel.cu``, which includes our device
+templates from ``include/tl``), compiles it for the requested architecture (``sm_90`` by default, ``sm_80``
+...) and returns what the artifact records: the cubin, the kernel symbol, the launch configuration (grid, block,
+dynamic shared memory) and the kernel's argument order. Works without a GPU or driver.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .codegen import CudaSource, generate, lower
+from .nvcc import INCLUDE_DIR, compile_cubin, find_nvcc, nvcc_command
+
+DEFAULT_ARCH = "sm_90"
+
+
+@dataclass
+class CudaBuild:
+    """What one CUDA build produced (files live in ``out_dir``)."""
+
+    cubin: Path
+    source_file: Path
+    kernel: str
+    arg_names: list[str]
+    grid: list[int]
+    block: list[int]
+    dyn_smem: int
+    arch: str
+    command: list[str] = field(default_factory=list)
+    compiler_output: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def launch_meta(self) -> dict[str, Any]:
+        """The launch description the artifact stores (``extra["cuda"]``)."""
+        return {"cubin": self.cubin.name, "kernel": self.kernel, "grid": list(self.grid), "block": list(self.block),
+                "dyn_smem": int(self.dyn_smem), "args": list(self.arg_names), "arch": self.arch,
+                "nvcc_command": list(self.command), "ptxas_info": self.compiler_output[-4000:]}
+
+
+def build(mod: Any, out_dir: Path, arch: str = DEFAULT_ARCH, instruments: list[Any] | None = None,
+          compile: bool = True) -> CudaBuild:  # noqa: A002
+    """CUDA C for ``mod`` into ``out_dir/kernel.cu`` and (``compile=True``) a cubin ``out_dir/kernel.cubin``."""
+    out_dir = Path(out_dir)
+    src: CudaSource = generate(mod, arch, instruments)
+    cu = out_dir / "kernel.cu"
+    cu.write_text(src.source)
+    cubin = out_dir / "kernel.cubin"
+    cmd: list[str] = []
+    msgs = ""
+    t0 = time.perf_counter()
+    if compile:
+        cmd, msgs = compile_cubin(cu, cubin, arch)
+    timings = dict(src.timings)
+    timings["nvcc"] = time.perf_counter() - t0
+    return CudaBuild(cubin=cubin, source_file=cu, kernel=src.kernel, arg_names=src.arg_names, grid=src.grid,
+                     block=src.block, dyn_smem=src.dyn_smem, arch=arch, command=cmd, compiler_output=msgs,
+                     timings=timings)
+
+
+__all__ = ["CudaBuild", "CudaSource", "DEFAULT_ARCH", "INCLUDE_DIR", "build", "compile_cubin", "find_nvcc",
+           "generate", "lower", "nvcc_command"]

@@ -1,0 +1,123 @@
+"""TVM glue of the CUDA backend: our passes, then a trimmed TVM TIR pipeline and TVM's CUDA code generator.
+
+TVM's default pipeline for CUDA would insert its own barriers (``ThreadSync``) and merge shared allocations by
+liveness; neither can see through the pointers our templates take, and our passes already placed barriers and
+shared memory. So the pipeline here keeps only the generic lowering passes (flattening, vectorisation, unrolling,
+simplification, host/device split). Only the device half is code-generated: the launch (grid, block, dynamic
+shared memory, argument order) is ours, recorded in the artifact, so no host code is needed. TVM writes CUDA C
+without calling a compiler, on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import TileLangCompileError
+
+HEADER = '#include "tl/tl.cuh"\n'
+
+
+@dataclass
+class CudaSource:
+    """The generated device code and what a launcher needs to know about it."""
+
+    source: str
+    kernel: str
+    arg_names: list[str]  # buffer names, in kernel parameter order
+    grid: list[int]
+    block: list[int]
+    dyn_smem: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def lower(func: Any, record: Any = None, arch: str = "sm_90") -> Any:
+    """Run our CUDA passes; returns an IRModule of plain TIR (thread bindings, register arrays, extern calls)."""
+    import tvm
+
+    from ...transform import cuda_passes
+
+    for name, fn in cuda_passes(arch):
+        t0 = time.perf_counter()
+        func = fn(func)
+        if record is not None:
+            record(name, func, time.perf_counter() - t0)
+    return tvm.IRModule({"main": func})
+
+
+def _tir_pipeline() -> Any:
+    import tvm
+    from tvm import s_tir, tirx
+
+    return tvm.ir.transform.Sequential([
+        s_tir.transform.LowerOpaqueBlock(),
+        tirx.transform.FlattenBuffer(),
+        tirx.transform.BF16ComputeLegalize(),
+        tirx.transform.NarrowDataType(32),
+        tirx.transform.VectorizeLoop(True),
+        tirx.transform.UnrollLoop(),
+        tirx.transform.StmtSimplify(),
+        tirx.transform.RemoveNoOp(),
+        tirx.transform.CommonSubexprElim(),
+        tirx.transform.FP8ComputeLegalize(),
+        tirx.transform.VerifyMemory(),
+        tirx.transform.AnnotateEntryFunc(),
+        tirx.transform.SplitHostDevice(),
+        tirx.transform.MakePackedAPI(),
+        tirx.transform.FP8StorageLegalize(),
+        tirx.transform.BF16StorageLegalize(),
+    ])
+
+
+def generate(mod: Any, arch: str = "sm_90", instruments: list[Any] | None = None) -> CudaSource:
+    """CUDA C for the kernel in ``mod`` (the output of :func:`lower`)."""
+    import tvm
+    from tvm.tirx.build import codegen_build, split_host_device_mods
+
+    from ...transform._cuda_common import ATTR_LAUNCH, ATTR_SMEM
+
+    func = mod["main"]
+    launch = func.attrs[ATTR_LAUNCH]
+    grid = [int(g) for g in launch["grid"]]
+    threads = int(launch["threads"])
+    smem = int(func.attrs[ATTR_SMEM]) if ATTR_SMEM in func.attrs else 0
+    names = {buf.name for buf in func.params}
+    t0 = time.perf_counter()
+    target = tvm.target.Target({"kind": "cuda", "arch": arch})
+    host = tvm.target.Target("llvm") if tvm.runtime.enabled("llvm") else tvm.target.Target("c")
+    try:
+        with tvm.transform.PassContext(opt_level=3, instruments=instruments or []):
+            mod = tvm.tirx.transform.BindTarget(target.with_host(host))(mod)
+            mod = _tir_pipeline()(mod)
+            _, device_mods = split_host_device_mods(mod)
+            if len(device_mods) != 1:
+                raise TileLangCompileError("expected exactly one CUDA device module", stage="codegen")
+            (dtarget, dmod), = device_mods.items()
+            from tvm.tirx.compilation_pipeline import finalize_device_passes
+
+            dmod = finalize_device_passes()(dmod)
+            rt = codegen_build(dmod, dtarget)
+    except TileLangCompileError:
+        raise
+    except Exception as e:  # noqa: BLE001 - TVM raises many kinds; report as ours
+        raise TileLangCompileError(f"CUDA code generation failed: {e}", stage="codegen") from e
+    t1 = time.perf_counter()
+    kernels = [(gv.name_hint, f) for gv, f in dmod.functions.items()]
+    if len(kernels) != 1:
+        raise TileLangCompileError(f"expected one CUDA kernel, TVM produced {len(kernels)}", stage="codegen")
+    kname, kfunc = kernels[0]
+    arg_names = []
+    for p in kfunc.params:
+        pname = p.name
+        base = pname[:-4] if pname.endswith("_ptr") else pname
+        if base not in names:
+            raise TileLangCompileError(f"the CUDA kernel takes a parameter {pname!r} that is not a tensor of the "
+                                       "program (dynamic shapes are not supported on CUDA)", stage="codegen")
+        arg_names.append(base)
+    source = HEADER + rt.inspect_source("")
+    if not re.search(rf"__global__\s+void\s+(__launch_bounds__\(\d+\)\s+)?{re.escape(kname)}\s*\(", source):
+        raise TileLangCompileError(f"kernel {kname} not found in the generated CUDA source", stage="codegen")
+    return CudaSource(source=source, kernel=kname, arg_names=arg_names, grid=grid, block=[threads, 1, 1],
+                      dyn_smem=smem, timings={"codegen": t1 - t0})

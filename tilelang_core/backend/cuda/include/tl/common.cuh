@@ -1,0 +1,25 @@
+// Common helpers of the tilelang_core CUDA templates (see tl.cuh).
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+namespace tl {
+
+// 32-bit shared-state-space address of a generic pointer into shared memory.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// XOR swizzle of a byte offset inside a shared tile: the 16-byte chunk index (bits 4..6) is XOR-ed with bits
+// SHIFT..SHIFT+2 (the row for rows of >= 128 bytes, else the 128-byte line). SHIFT == 0: no swizzle.
+// Must match tilelang_core/transform/_cuda_layouts.py:swizzle_expr.
+template <int SHIFT>
+__device__ __forceinline__ int swizzle(int byte_off) {
+  if constexpr (SHIFT == 0) {
+    return byte_off;
+  } else {
+    return byte_off ^ (((byte_off >> SHIFT) & 7) << 4);
+  }
+}
+
+}  // namespace tl

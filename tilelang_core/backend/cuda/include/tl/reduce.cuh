@@ -1,0 +1,52 @@
+// Block-wide all-reduce for T.reduce_*: warp shuffles, then shared memory across warps.
+#pragma once
+#include "tl/common.cuh"
+
+namespace tl {
+
+struct SumOp {
+  template <typename T>
+  static __device__ __forceinline__ T apply(T a, T b) { return a + b; }
+};
+struct MaxOp {
+  template <typename T>
+  static __device__ __forceinline__ T apply(T a, T b) { return a > b ? a : b; }
+};
+struct MinOp {
+  template <typename T>
+  static __device__ __forceinline__ T apply(T a, T b) { return a < b ? a : b; }
+};
+
+// vals[0..D) hold each thread's partial results; on return every thread of the block holds the combination of
+// all threads' partials. scratch: shared memory of at least (THREADS / 32) * D elements, private to this call
+// site (it is reused only by later executions of the same call, which the leading barrier protects).
+template <class Op, int THREADS, int D, typename T>
+__device__ __forceinline__ void block_allreduce(T* vals, T* scratch) {
+  static_assert(THREADS % 32 == 0, "block_allreduce: threads must be a multiple of 32");
+#pragma unroll
+  for (int d = 0; d < D; ++d) {
+    T v = vals[d];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, off));
+    vals[d] = v;
+  }
+  if constexpr (THREADS > 32) {
+    constexpr int W = THREADS / 32;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads();
+    if (lane == 0) {
+#pragma unroll
+      for (int d = 0; d < D; ++d) scratch[warp * D + d] = vals[d];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      T v = scratch[d];
+#pragma unroll
+      for (int w = 1; w < W; ++w) v = Op::apply(v, scratch[w * D + d]);
+      vals[d] = v;
+    }
+  }
+}
+
+}  // namespace tl

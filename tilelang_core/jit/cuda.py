@@ -1,0 +1,61 @@
+"""``compile()`` for ``target="cuda"``: lower, generate CUDA C, nvcc to a cubin, cache, wrap in a JITKernel.
+
+Kept beside ``jit/__init__.py`` (which dispatches here) so the CUDA path shares the kernel cache — same key
+scheme, same atomic build-then-rename — without touching the CPU path. The artifact is self-describing (cubin,
+kernel symbol, grid, block, dynamic shared memory, argument order, the nvcc command line), so it runs through
+:mod:`tilelang_core.runtime.cuda_launcher` on a machine without TVM.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from typing import Any
+
+from ..runtime.artifact import Artifact, ParamSpec, sha256_file
+from . import cache
+from .kernel import JITKernel
+
+
+def build_artifact(func: Any, out_dir: Any, target: dict[str, Any], specs: list[ParamSpec], outs: list[int],
+                   name: str | None = None, config: dict[str, Any] | None = None,
+                   compile_cubin: bool = True) -> Artifact:
+    """Build ``func`` for CUDA into ``out_dir`` and write its ``meta.json``."""
+    from ..backend import cuda as cuda_backend
+
+    arch = str(target.get("arch", cuda_backend.DEFAULT_ARCH))
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    mod = cuda_backend.lower(func, arch=arch)
+    timings["lower"] = time.perf_counter() - t0
+    build = cuda_backend.build(mod, out_dir, arch, compile=compile_cubin)
+    timings.update(build.timings)
+    (out_dir / "lowered.tir.py").write_text(mod.script())
+    meta = build.launch_meta()
+    art = Artifact(path=out_dir, entry=build.kernel, target=dict(target), params=specs, out_idx=outs,
+                   library=build.cubin.name, sources={"cuda": build.source_file.name, "tir": "lowered.tir.py"},
+                   library_sha256=sha256_file(build.cubin) if compile_cubin else "",
+                   extra={"name": name or "main", "config": {k: repr(v) for k, v in (config or {}).items()},
+                          "cuda": meta, "timings": timings})
+    art.write_meta()
+    return art
+
+
+def compile_cuda(func: Any, specs: list[ParamSpec], outs: list[int], target: dict[str, Any],
+                 name: str | None = None, config: dict[str, Any] | None = None) -> JITKernel:
+    t0 = time.perf_counter()
+    key = cache.disk_key(func.script(), outs, target)
+    art = cache.disk_get(key)
+    status = "disk"
+    if art is None:
+        status = "compiled"
+        tmp = cache.new_build_dir()
+        try:
+            art = build_artifact(func, tmp, target, specs, outs, name=name, config=config)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        art = cache.disk_put(key, tmp, art)
+        cache.STATS.compiles += 1
+    return JITKernel(art, program=func, config=config, cache_status=status,
+                     compile_seconds=time.perf_counter() - t0, name=name)

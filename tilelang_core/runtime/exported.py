@@ -1,0 +1,276 @@
+"""The loader inside every exported kernel module (``tilelang_core.export``), kept here as real, linted code.
+
+Why this module exists: an exported kernel is one ``.py`` file that must run where neither TVM nor tilelang_core is
+installed — only ``torch`` and ``apache-tvm-ffi``. ``export_kernel`` copies the code below (everything after this
+docstring) verbatim into that file, then appends the kernel's data (``META``, ``KERNEL_SOURCE``,
+``LIBRARY_BASE64``). So this module imports nothing but the standard library at the top, and ``torch`` /
+``tvm_ffi`` only when a kernel is loaded or called.
+
+The library is written once to a content-addressed cache (``$TILELANG_EXPORT_CACHE_DIR``, else
+``$XDG_CACHE_HOME/tilelang_core/exported``, else ``~/.cache/tilelang_core/exported``, else the temp folder),
+checked against its SHA-256, and loaded with ``tvm_ffi.load_module``. Inputs are validated with the same errors
+as tilelang_core's own kernels: ``TypeError`` for a wrong kind or dtype, ``ValueError`` naming the parameter, what
+was expected and what was given for rank, shape, device and contiguity. Kernels are compiled assuming only element
+alignment of their tensors, so views with a storage offset and numpy arrays are fine; a pointer that is not even
+element-aligned is refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import platform
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+EXPORT_FORMAT = 1
+ALIGNMENT = 1  # bytes beyond element alignment: kernels declare their tensors element-aligned (T.Tensor align=)
+_ISA_PREFIXES = ("sse", "ssse", "avx", "fma", "f16c", "bmi", "amx", "popcnt", "abm", "movbe", "gfni", "vaes",
+                 "vpclmulqdq", "adx", "asimd", "sve", "fphp", "i8mm", "bf16")
+
+
+def isa_flags(flags: frozenset[str] | None = None) -> list[str]:
+    """The instruction-set extensions of this CPU that generated code may use (from /proc/cpuinfo)."""
+    if flags is None:
+        flags = frozenset()
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith(("flags", "Features")):
+                        flags = frozenset(line.split(":", 1)[1].split())
+                        break
+        except OSError:
+            pass
+    return sorted(f for f in flags if f.startswith(_ISA_PREFIXES))
+
+
+def check_host(meta: dict[str, Any]) -> None:
+    """Refuse to load a library built for another architecture or for CPU features this machine lacks (it would
+    die with SIGILL). ``TILELANG_EXPORT_SKIP_CPU_CHECK=1`` skips the feature check."""
+    triple = str(meta.get("target", {}).get("mtriple", ""))
+    arch = triple.split("-")[0]
+    here = platform.machine()
+    if arch and here and arch != here and {arch, here} != {"aarch64", "arm64"}:
+        raise RuntimeError(f"kernel {meta.get('name')!r} was compiled for {arch} ({triple}); this machine is {here}")
+    if os.environ.get("TILELANG_EXPORT_SKIP_CPU_CHECK", "") in ("1", "true", "yes"):
+        return
+    needed = set(meta.get("cpu_flags") or [])
+    have = set(isa_flags())
+    missing = sorted(needed - have) if have else []
+    if missing:
+        raise RuntimeError(
+            f"kernel {meta.get('name')!r} was compiled for mcpu={meta.get('target', {}).get('mcpu')} and may use "
+            f"instructions this CPU lacks ({', '.join(missing)}); re-export it on (or for) this machine, or set "
+            "TILELANG_EXPORT_SKIP_CPU_CHECK=1 to try anyway")
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("TILELANG_EXPORT_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tilelang_core" / "exported"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def materialize(library_b64: str, sha256: str, suffix: str = ".so") -> Path:
+    """Write the library to ``<cache>/<sha256>.so`` once (atomically) and return its path."""
+    data = base64.b64decode(library_b64)
+    if _sha256(data) != sha256:
+        raise RuntimeError("the embedded kernel library does not match its recorded SHA-256: the exported file "
+                           "was modified or truncated; export it again")
+    for root in (cache_dir(), Path(tempfile.gettempdir()) / f"tilelang_core_exported_{os.getuid()}"):
+        path = root / f"{sha256[:32]}{suffix}"
+        try:
+            if path.is_file() and path.stat().st_size == len(data) and _sha256(path.read_bytes()) == sha256:
+                return path
+            root.mkdir(parents=True, exist_ok=True)
+            tmp = root / f".{sha256[:16]}.{os.getpid()}.{threading.get_ident()}.tmp"
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+            return path
+        except OSError:
+            continue  # read-only or full cache folder: try the next place
+    raise RuntimeError(f"could not write the kernel library to {cache_dir()} or the temp folder")
+
+
+_TORCH_DTYPES: dict[str, Any] = {}
+
+
+def torch_dtype(name: str) -> Any:
+    import torch
+
+    if not _TORCH_DTYPES:
+        for n in ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "int32", "int64", "bool",
+                  "uint16", "uint32", "uint64"):
+            _TORCH_DTYPES[n] = getattr(torch, n, None)
+    return _TORCH_DTYPES[name]
+
+
+class Param:
+    """One kernel parameter: name, shape, dtype."""
+
+    def __init__(self, name: str, shape: list[int], dtype: str):
+        self.name = name
+        self.shape = tuple(shape)
+        self.dtype = dtype
+
+    def __repr__(self) -> str:
+        return f"{self.name}: {self.dtype}{list(self.shape)}"
+
+
+class ExportedKernel:
+    """The exported kernel: call it with the input tensors (outputs are allocated and returned), or with every
+    tensor including preallocated outputs."""
+
+    def __init__(self, meta: dict[str, Any], library_b64: str, source: str):
+        self.meta = meta
+        self.name: str = meta["name"]
+        self.entry: str = meta["entry"]
+        self.params = [Param(p["name"], p["shape"], p["dtype"]) for p in meta["params"]]
+        n = len(self.params)
+        self.out_idx = sorted(i % n for i in meta["out_idx"])
+        self.in_idx = [i for i in range(n) if i not in self.out_idx]
+        self.config: dict[str, Any] = dict(meta.get("config", {}))
+        self.target: dict[str, Any] = dict(meta.get("target", {}))
+        self.source = source
+        self.device = "cpu"
+        self._library_b64 = library_b64
+        self._fn: Any = None
+        self._module: Any = None
+        self._lock = threading.Lock()
+
+    def load(self) -> Any:
+        """Write the library to the cache and load it (done on the first call)."""
+        with self._lock:
+            if self._fn is None:
+                check_host(self.meta)
+                path = materialize(self._library_b64, self.meta["library_sha256"])
+                import tvm_ffi
+
+                try:
+                    self._module = tvm_ffi.load_module(str(path))
+                    self._fn = self._module[self.entry]
+                except Exception as e:  # noqa: BLE001 - say which file and which runtime
+                    built = self.meta.get("versions", {}).get("apache-tvm-ffi")
+                    raise RuntimeError(f"could not load kernel {self.name!r} from {path} with apache-tvm-ffi "
+                                       f"(exported with apache-tvm-ffi {built}): {e}") from e
+            return self._fn
+
+    def check_arg(self, spec: Param, value: Any) -> Any:
+        import torch
+
+        if not isinstance(value, torch.Tensor):
+            if type(value).__module__ == "numpy" and hasattr(value, "__array_interface__"):
+                value = torch.from_numpy(value)  # zero-copy
+            else:
+                raise TypeError(f"argument {spec.name!r}: expected a torch.Tensor of {spec.dtype} with shape "
+                                f"{list(spec.shape)}, got {type(value).__name__}")
+        got = str(value.dtype).replace("torch.", "")
+        if got != spec.dtype:
+            raise TypeError(f"argument {spec.name!r}: expected dtype {spec.dtype}, got {got}")
+        if value.dim() != len(spec.shape):
+            raise ValueError(f"argument {spec.name!r}: expected a rank-{len(spec.shape)} tensor of shape "
+                             f"{list(spec.shape)}, got rank {value.dim()} with shape {list(value.shape)}")
+        if tuple(value.shape) != tuple(spec.shape):
+            raise ValueError(f"argument {spec.name!r}: expected shape {list(spec.shape)}, got {list(value.shape)}")
+        if value.device.type != self.device:
+            raise ValueError(f"argument {spec.name!r}: expected a tensor on {self.device}, got one on {value.device}")
+        if not value.is_contiguous():
+            raise ValueError(f"argument {spec.name!r}: expected a contiguous tensor, got strides {list(value.stride())}"
+                             f" for shape {list(value.shape)} (call .contiguous() first)")
+        align = max(ALIGNMENT, value.element_size())
+        misaligned = value.data_ptr() % align if value.numel() else 0
+        if misaligned:  # the kernel may assume element alignment; anything less would fault
+            raise ValueError(f"argument {spec.name!r}: expected a {align}-byte aligned tensor, got a data pointer "
+                             f"{misaligned} bytes past alignment; call .clone() first")
+        return value
+
+    def alloc_outputs(self) -> list[Any]:
+        import torch
+
+        return [torch.empty(self.params[i].shape, dtype=torch_dtype(self.params[i].dtype)) for i in self.out_idx]
+
+    def __call__(self, *args: Any) -> Any:
+        n_in, n_all = len(self.in_idx), len(self.params)
+        if len(args) == n_in:
+            outs = self.alloc_outputs()
+            full: list[Any] = [None] * n_all
+            for i, a in zip(self.in_idx, args):
+                full[i] = a
+            for i, o in zip(self.out_idx, outs):
+                full[i] = o
+        elif len(args) == n_all and self.out_idx:
+            full = list(args)
+            outs = [full[i] for i in self.out_idx]
+        else:
+            names = ", ".join(self.params[i].name for i in self.in_idx)
+            raise TypeError(f"kernel {self.entry}: expected {n_in} input tensor(s) ({names})"
+                            + (f" or all {n_all} including outputs" if self.out_idx else "")
+                            + f", got {len(args)}")
+        checked = [self.check_arg(spec, a) for spec, a in zip(self.params, full)]
+        fn = self.load()
+        fn(*checked)
+        if not self.out_idx:
+            return None
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def make_inputs(self, seed: int = 0) -> list[Any]:
+        """Random inputs of the right shapes and dtypes (normal floats, small ints)."""
+        import torch
+
+        g = torch.Generator().manual_seed(seed)
+        out = []
+        for i in self.in_idx:
+            p = self.params[i]
+            if p.dtype.startswith(("float", "bfloat")):
+                out.append(torch.randn(p.shape, generator=g).to(torch_dtype(p.dtype)))
+            elif p.dtype == "bool":
+                out.append(torch.rand(p.shape, generator=g) > 0.5)
+            else:
+                out.append(torch.randint(0, 8, p.shape, generator=g).to(torch_dtype(p.dtype)))
+        return out
+
+    def __repr__(self) -> str:
+        ins = ", ".join(repr(self.params[i]) for i in self.in_idx)
+        outs = ", ".join(repr(self.params[i]) for i in self.out_idx) or "none"
+        cfg = ", ".join(f"{k}={v}" for k, v in self.config.items())
+        return (f"<exported kernel {self.name}({cfg}) target={self.target.get('kind')} "
+                f"({self.target.get('mcpu', '')}) inputs=[{ins}] outputs=[{outs}]>")
+
+
+def self_test(kernel: ExportedKernel) -> int:
+    """``python <module>.py``: run on random inputs, compare with the recorded reference, time it."""
+    import torch
+
+    inputs = kernel.make_inputs()
+    out = kernel(*inputs)
+    t0 = time.perf_counter()
+    runs = 0
+    while time.perf_counter() - t0 < 0.2 or runs < 3:
+        kernel(*inputs)
+        runs += 1
+    ms = (time.perf_counter() - t0) / runs * 1e3
+    print(f"{kernel!r}\nran on random inputs: {ms:.3f} ms per call ({runs} runs)")
+    ref = kernel.meta.get("reference")
+    if not ref:
+        return 0
+    env = {"torch": torch, **{kernel.params[i].name: t for i, t in zip(kernel.in_idx, inputs)}}
+    try:
+        expected = eval(ref, env)  # the --ref expression recorded at export time
+    except Exception as e:  # noqa: BLE001
+        print(f"reference {ref!r} could not be evaluated here ({type(e).__name__}: {e}); skipped")
+        return 0
+    outs = out if isinstance(out, tuple) else (out,)
+    refs = expected if isinstance(expected, (tuple, list)) else (expected,)
+    tol = kernel.meta.get("tolerance") or 1e-4
+    ok = all(torch.allclose(o.double(), torch.as_tensor(r).double(), rtol=tol, atol=tol) for o, r in zip(outs, refs))
+    print(f"reference {ref}: {'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1

@@ -1,0 +1,278 @@
+"""Thread/register layouts of fragments and physical layouts of shared tiles, for the CUDA backend.
+
+A ``local.fragment`` tile is spread over the threads of a block: each element lives in one register of one thread
+(or, for a *replicated* fragment, in every thread). The layout is the function ``(thread, register) -> element``;
+the passes that lower ``T.gemm``, ``T.copy``, ``T.reduce_*`` and ``T.Parallel`` must all use the same one for a
+given fragment, so it is chosen once (``tl.InferFragmentLayoutsCUDA``), recorded as a spec string on the
+``PrimFunc`` and rebuilt from that string here by every later pass. Three kinds:
+
+* ``blocked`` — the tile's elements in row-major order, cut into ``vec``-element chunks (16 bytes when the row
+  allows), chunk ``c`` held by thread ``c % threads``. Consecutive threads hold consecutive chunks of a row, so
+  copies to and from global memory are coalesced, 16-byte vector accesses.
+* ``mma`` — the accumulator layout of ``mma.sync.m16n8k16`` for a ``warp_m x warp_n`` grid of warps (lane ``l``
+  of a warp holds rows ``l/4`` and ``l/4 + 8`` and columns ``2(l%4)``, ``2(l%4)+1`` of every 16x8 atom). The gemm
+  template ``tl::gemm_ss`` writes exactly this order: register ``((mi * NT) + ni) * 4 + k``.
+* ``replicated`` — every thread holds the whole tile (reduction results, tiles used element-wise outside
+  ``T.Parallel``).
+
+Shared tiles read by the tensor-core gemm are *swizzled*: the 16-byte chunk index inside each 128-byte segment is
+XOR-ed with the row (or 128-byte line) index, so the eight row addresses of an ``ldmatrix`` hit distinct banks.
+The same function is implemented in ``include/tl/gemm.cuh`` (``tl::swizzle``); both sides must agree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tvm import tirx
+
+WARP = 32
+MMA_DTYPES = ("float16", "bfloat16")
+
+
+def dtype_bytes(dtype: str) -> int:
+    import tvm
+
+    return max(tvm.DataType(dtype).bits // 8, 1)
+
+
+def _prod(xs: Any) -> int:
+    out = 1
+    for x in xs:
+        out *= int(x)
+    return out
+
+
+def _pow2_divisor(n: int, cap: int) -> int:
+    v = 1
+    while v * 2 <= cap and n % (v * 2) == 0:
+        v *= 2
+    return v
+
+
+@dataclass(frozen=True)
+class FragmentLayout:
+    """Where each element of a fragment lives: ``(thread, register)``."""
+
+    kind: str  # "blocked" | "mma" | "replicated"
+    shape: tuple[int, ...]
+    threads: int
+    vec: int = 1
+    warp_m: int = 1
+    warp_n: int = 1
+
+    # -- construction / serialisation ----------------------------------------------------------------------
+    @staticmethod
+    def blocked(shape: Any, threads: int, max_elem_bytes: int) -> FragmentLayout:
+        shape = tuple(int(s) for s in shape)
+        vec = _pow2_divisor(shape[-1], max(16 // max_elem_bytes, 1)) if shape else 1
+        return FragmentLayout("blocked", shape, threads, vec=vec)
+
+    @staticmethod
+    def mma(shape: Any, threads: int, warp_m: int, warp_n: int) -> FragmentLayout:
+        return FragmentLayout("mma", tuple(int(s) for s in shape), threads, warp_m=warp_m, warp_n=warp_n)
+
+    @staticmethod
+    def replicated(shape: Any, threads: int) -> FragmentLayout:
+        return FragmentLayout("replicated", tuple(int(s) for s in shape), threads)
+
+    def spec(self) -> str:
+        return (f"{self.kind};{','.join(map(str, self.shape))};{self.threads};{self.vec};{self.warp_m};"
+                f"{self.warp_n}")
+
+    @staticmethod
+    def from_spec(spec: str) -> FragmentLayout:
+        kind, shape, threads, vec, wm, wn = str(spec).split(";")
+        return FragmentLayout(kind, tuple(int(s) for s in shape.split(",") if s), int(threads), int(vec), int(wm),
+                              int(wn))
+
+    # -- sizes ---------------------------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return _prod(self.shape)
+
+    @property
+    def distributed(self) -> bool:
+        return self.kind != "replicated"
+
+    @property
+    def mma_tiles(self) -> tuple[int, int]:
+        """(MT, NT): 16-row and 8-column atoms per warp."""
+        M, N = self.shape
+        return M // self.warp_m // 16, N // self.warp_n // 8
+
+    @property
+    def num_regs(self) -> int:
+        if self.kind == "replicated":
+            return self.size
+        if self.kind == "mma":
+            mt, nt = self.mma_tiles
+            return mt * nt * 4
+        chunks = -(-self.size // self.vec)
+        return -(-chunks // self.threads) * self.vec
+
+    @property
+    def padded(self) -> bool:
+        """True when some (thread, register) pairs hold no element (blocked layouts of ragged sizes)."""
+        return self.kind == "blocked" and self.num_regs * self.threads != self.size
+
+    # -- Python-level mapping (tests, planning) -------------------------------------------------------------
+    def element_of(self, thread: int, reg: int) -> tuple[int, ...] | None:
+        """The coordinates held by ``(thread, reg)``, or None for padding."""
+        if self.kind == "replicated":
+            return tuple(_unravel(reg, self.shape))
+        if self.kind == "mma":
+            return tuple(self._mma_coords(thread // WARP, thread % WARP, reg))
+        f = ((reg // self.vec) * self.threads + thread) * self.vec + reg % self.vec
+        return tuple(_unravel(f, self.shape)) if f < self.size else None
+
+    def _mma_coords(self, warp: Any, lane: Any, reg: int) -> list[Any]:
+        M, N = self.shape
+        mt, nt = self.mma_tiles
+        wr, wc = warp // self.warp_n, warp % self.warp_n
+        mi, ni, k = reg // (nt * 4), (reg // 4) % nt, reg % 4
+        row = wr * (M // self.warp_m) + mi * 16 + lane // 4 + 8 * (k // 2)
+        col = wc * (N // self.warp_n) + ni * 8 + (lane % 4) * 2 + k % 2
+        return [row, col]
+
+    # -- TIR-level mapping ---------------------------------------------------------------------------------
+    def coords(self, tid: Any, reg: Any, ana: Any) -> tuple[list[Any], Any]:
+        """TIR coordinates of register ``reg`` (an int or expr) of thread ``tid``, and a validity condition
+        (None when every register holds an element). ``ana`` must know the range of ``tid``."""
+        if self.kind == "replicated":
+            return [ana.simplify(c) for c in _unravel_expr(reg, self.shape)], None
+        if self.kind == "mma":
+            warp = tirx.floordiv(tid, WARP)
+            lane = tirx.floormod(tid, WARP)
+            if isinstance(reg, int):
+                return [ana.simplify(c) for c in self._mma_coords_expr(warp, lane, reg)], None
+            raise ValueError("mma fragment registers must be enumerated with constant indices")
+        v = self.vec
+        if isinstance(reg, int):
+            f = ((reg // v) * self.threads + tid) * v + reg % v
+        else:
+            f = (tirx.floordiv(reg, v) * self.threads + tid) * v + tirx.floormod(reg, v)
+        coords = [ana.simplify(c) for c in _unravel_expr(f, self.shape)]
+        cond = None
+        if self.padded:
+            c = tirx.LT(f, self.size)
+            if not ana.can_prove(c):
+                cond = ana.simplify(c)
+        return coords, cond
+
+    def _mma_coords_expr(self, warp: Any, lane: Any, reg: int) -> list[Any]:
+        M, N = self.shape
+        mt, nt = self.mma_tiles
+        wr, wc = tirx.floordiv(warp, self.warp_n), tirx.floormod(warp, self.warp_n)
+        mi, ni, k = reg // (nt * 4), (reg // 4) % nt, reg % 4
+        row = wr * (M // self.warp_m) + (mi * 16 + 8 * (k // 2)) + tirx.floordiv(lane, 4)
+        col = wc * (N // self.warp_n) + (ni * 8 + k % 2) + tirx.floormod(lane, 4) * 2
+        return [row, col]
+
+
+def _unravel(f: int, shape: tuple[int, ...]) -> list[int]:
+    out = []
+    for s in reversed(shape):
+        out.append(f % s)
+        f //= s
+    return list(reversed(out))
+
+
+def _unravel_expr(f: Any, shape: tuple[int, ...]) -> list[Any]:
+    out = []
+    stride = 1
+    for s in reversed(shape):
+        out.append(tirx.floormod(tirx.floordiv(f, stride), s) if stride > 1 else tirx.floormod(f, s))
+        stride *= s
+    out = list(reversed(out))
+    if shape:
+        # the leading coordinate needs no modulo (f < size)
+        lead_stride = stride // shape[0]
+        out[0] = tirx.floordiv(f, lead_stride) if lead_stride > 1 else f
+    return out
+
+
+def flat_index(indices: list[Any], shape: tuple[int, ...]) -> Any:
+    """Row-major flat index of ``indices`` in ``shape``."""
+    f: Any = 0
+    for i, s in zip(indices, shape):
+        f = f * s + i
+    return f
+
+
+# -- tensor-core gemm planning ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GemmPlan:
+    """How one ``T.gemm`` is computed: ``mma`` (ldmatrix + mma.sync template) or ``fma`` (TIR loops)."""
+
+    kind: str
+    warp_m: int = 1
+    warp_n: int = 1
+
+
+def plan_gemm(M: int | None, N: int | None, K: int | None, in_dtype: str, b_dtype: str, acc_dtype: str,
+              threads: int, policy: int, a_whole: bool, b_whole: bool) -> GemmPlan:
+    """Pick mma.sync when the dtypes and tile shapes allow it, else the FMA fallback.
+
+    ``policy`` is GemmWarpPolicy (0 Square, 1 FullRow, 2 FullCol). ``a_whole``/``b_whole``: the operands are whole
+    shared tiles (or whole pipeline stages), which the template addresses from their base pointer.
+    """
+    if None in (M, N, K) or in_dtype != b_dtype or in_dtype not in MMA_DTYPES:
+        return GemmPlan("fma")
+    if acc_dtype not in ("float32", "float16") or not (a_whole and b_whole) or threads % WARP:
+        return GemmPlan("fma")
+    if K % 16:
+        return GemmPlan("fma")
+    warps = threads // WARP
+    choices = []
+    for wm in range(1, warps + 1):
+        if warps % wm:
+            continue
+        wn = warps // wm
+        if M % (wm * 16) or N % (wn * 8):
+            continue
+        choices.append((wm, wn))
+    if not choices:
+        return GemmPlan("fma")
+    if policy == 1:  # FullRow: warps split M
+        choices.sort(key=lambda c: -c[0])
+    elif policy == 2:  # FullCol: warps split N
+        choices.sort(key=lambda c: -c[1])
+    else:  # Square: warp tiles as square as possible, ties to more warps along M
+        choices.sort(key=lambda c: (abs(math.log2((M / c[0]) / (N / c[1]))), -c[0]))
+    wm, wn = choices[0]
+    return GemmPlan("mma", wm, wn)
+
+
+# -- shared-memory swizzle --------------------------------------------------------------------------------------
+def swizzle_shift(row_elems: int, rows: int, dtype: str) -> int:
+    """The byte-offset shift of the XOR swizzle for a row-major tile (0: leave it unswizzled).
+
+    The 16-byte chunk index (offset bits 4..6) is XOR-ed with bits ``shift..shift+2``: the row index for rows of
+    128 bytes or more, the 128-byte line index for shorter rows. Needs power-of-two rows of whole chunks and a
+    tile of whole 128-byte lines (so every chunk stays inside the tile).
+    """
+    es = dtype_bytes(dtype)
+    row_bytes = row_elems * es
+    if row_bytes < 16 or row_bytes & (row_bytes - 1) or (row_bytes * rows) % 128:
+        return 0
+    return int(math.log2(max(row_bytes, 128)))
+
+
+def swizzle_expr(elem: Any, shift: int, dtype: str) -> Any:
+    """Swizzled element offset of the logical element offset ``elem`` (TIR)."""
+    if not shift:
+        return elem
+    lg = int(math.log2(dtype_bytes(dtype)))
+    mask = tirx.bitwise_and(tirx.shift_right(elem, shift - lg), 7)
+    return tirx.bitwise_xor(elem, tirx.shift_left(mask, 4 - lg))
+
+
+def swizzle_py(elem: int, shift: int, dtype: str) -> int:
+    """Python twin of :func:`swizzle_expr` (tests)."""
+    if not shift:
+        return elem
+    lg = int(math.log2(dtype_bytes(dtype)))
+    return elem ^ (((elem >> (shift - lg)) & 7) << (4 - lg))

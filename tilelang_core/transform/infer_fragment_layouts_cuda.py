@@ -1,0 +1,295 @@
+"""Pass: choose one thread/register layout per fragment, consistently across T.gemm, T.Parallel and T.copy.
+
+A fragment is a tile spread over the block's threads; every op touching it must agree on which thread holds
+which element. Constraints are collected over the whole kernel and solved with a union-find:
+
+* fragments accessed together at the loop's own indices inside one ``T.Parallel`` nest (``C[i, j] = A[i, j]``)
+  and the two sides of a fragment-to-fragment ``T.copy`` must share a layout (same class);
+* the accumulator of a tensor-core ``T.gemm`` fixes its class to the ``mma`` layout of the chosen warp grid
+  (``GemmWarpPolicy``); an FMA-fallback gemm leaves it ``blocked``;
+* a fragment read at other indices (``row_max[i]`` inside a 2-D ``T.Parallel``), touched outside ``T.Parallel``
+  and tile ops, or written by ``T.reduce_*`` is ``replicated`` (every thread holds all of it), unless its class
+  holds a gemm accumulator (then a reduction writes each thread's share);
+* any other class is ``blocked`` (coalesced 16-byte chunks along the last dimension).
+
+Each fragment gets a per-thread register array of the layout's size (allocated beside it); the layouts, the
+arrays and the swizzle of the shared tiles the tensor cores read are recorded as function attributes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from ..errors import TileLangCompileError
+from ..language._ir import Region
+from ..language.loops import PARALLEL_ATTR
+from ._cuda_common import (
+    ATTR_LAYOUTS,
+    ATTR_LOCALS,
+    ATTR_SWIZZLE,
+    is_fragment,
+    is_shared,
+    loads_in,
+    parallel_nest,
+    thread_count,
+)
+from ._cuda_layouts import FragmentLayout, GemmPlan, dtype_bytes, plan_gemm, swizzle_shift
+from ._regions import squeezed
+from ._rewriter import Rewriter, const_int, location_of
+from .validate_tile_ops import tile_op_name
+
+
+def gemm_operands(s: Any, ana: Any) -> dict[str, Any]:
+    """Decode a ``tl.gemm`` statement: regions, flags, (M, N, K) and whether A/B are whole tiles."""
+    args = s.value.args
+    a, b, c = (Region.of(x) for x in args[:3])
+    ta, tb, clear = (bool(const_int(x)) for x in args[3:6])
+    policy = const_int(args[6]) or 0
+
+    def mat(r: Region) -> list[Any]:
+        dims = squeezed(r, ana)
+        if len(dims) != 2:
+            dims = [len(r.extents) - 2, len(r.extents) - 1]
+        return [const_int(r.extents[d]) for d in dims]
+
+    am, bm = mat(a), mat(b)
+    M, K = (am[1], am[0]) if ta else (am[0], am[1])
+    N = bm[0] if tb else bm[1]
+    return {"a": a, "b": b, "c": c, "ta": ta, "tb": tb, "clear": clear, "policy": policy, "M": M, "N": N, "K": K,
+            "a_whole": is_whole_tile(a) or is_fragment(a.buffer), "b_whole": is_whole_tile(b)}
+
+
+def is_whole_tile(r: Region) -> bool:
+    """The region is the whole buffer, or one whole slab ``X[s, :, :]`` of a buffer with leading stage dims."""
+    shape = [const_int(x) for x in r.buffer.shape]
+    n = len(shape)
+    if n < 2:
+        return False
+    for d in range(n):
+        e = const_int(r.extents[d])
+        if d < n - 2:
+            if e != 1:
+                return False
+        elif e != shape[d] or const_int(r.mins[d]) != 0:
+            return False
+    return True
+
+
+def plan_for(ops: dict[str, Any], threads: int) -> GemmPlan:
+    a, b, c = ops["a"], ops["b"], ops["c"]
+    c_ok = is_fragment(c.buffer) and len(c.buffer.shape) == 2 and is_whole_tile(c)
+    if not c_ok:
+        return GemmPlan("fma")
+    return plan_gemm(ops["M"], ops["N"], ops["K"], str(a.buffer.dtype), str(b.buffer.dtype), str(c.buffer.dtype),
+                     threads, ops["policy"], ops["a_whole"], ops["b_whole"])
+
+
+class _Collect(Rewriter):
+    pass_name = "tl.InferFragmentLayoutsCUDA"
+
+    def __init__(self, threads: int) -> None:
+        super().__init__()
+        self.threads = threads
+        self.frags: list[Any] = []
+        self.parent: dict[Any, Any] = {}
+        self.needs_rep: dict[Any, Any] = {}  # buffer -> span of the access that needs it
+        self.nonid_write: dict[Any, Any] = {}
+        self.reduce_dst: set[Any] = set()
+        self.gemm_plans: dict[Any, list[GemmPlan]] = {}
+        self.swizzle: dict[Any, int] = {}
+        self.par: list[tuple[list[Any], list[Any], str]] = []
+        self.n_nests = 0
+
+    # -- union-find ----------------------------------------------------------------------------------------
+    def find(self, x: Any) -> Any:
+        self.parent.setdefault(x, x)
+        while not self._is(self.parent[x], x):
+            self.parent[x] = self.parent.setdefault(self.parent[x], self.parent[x])
+            x = self.parent[x]
+        return x
+
+    @staticmethod
+    def _is(a: Any, b: Any) -> bool:
+        if isinstance(a, str) or isinstance(b, str):
+            return isinstance(a, str) and isinstance(b, str) and a == b
+        return a.same_as(b)
+
+    def union(self, a: Any, b: Any) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if not self._is(ra, rb):
+            self.parent[ra] = rb
+
+    # -- walking -------------------------------------------------------------------------------------------
+    def visit_AllocBuffer(self, s: Any) -> Any:  # noqa: N802
+        if is_fragment(s.buffer):
+            self.frags.append(s.buffer)
+            self.find(s.buffer)
+        return s
+
+    def visit_For(self, s: Any) -> Any:  # noqa: N802
+        self.exprs(s.extent, s.span)
+        if PARALLEL_ATTR in s.annotations:
+            vs, exts, body = parallel_nest(s, PARALLEL_ATTR)
+            for v, e in zip(vs, exts):
+                self.bind_loop(v, 0, e)
+            if self.par:  # a nest inside a nest: the inner vars extend the outer ones
+                ovs, oexts, key = self.par[-1]
+                self.par.append((ovs + vs, oexts + exts, key + "+"))
+            else:
+                self.n_nests += 1
+                self.par.append((vs, exts, f"parallel#{self.n_nests}"))
+            self.visit(body)
+            self.par.pop()
+            return s
+        return super().visit_For(s)
+
+    def visit_IfThenElse(self, s: Any) -> Any:  # noqa: N802
+        self.exprs(s.condition, s.span)
+        return super().visit_IfThenElse(s)
+
+    def visit_Bind(self, s: Any) -> Any:  # noqa: N802
+        self.exprs(s.value, s.span)
+        return super().visit_Bind(s)
+
+    def visit_BufferStore(self, s: Any) -> Any:  # noqa: N802
+        self.access(s.buffer, list(s.indices), True, s.span)
+        self.exprs(s.value, s.span)
+        for i in s.indices:
+            self.exprs(i, s.span)
+        return s
+
+    def visit_Evaluate(self, s: Any) -> Any:  # noqa: N802
+        name = tile_op_name(s)
+        if name is None:
+            self.exprs(s.value, s.span)
+            return s
+        args = list(s.value.args)
+        if name == "tl.copy":
+            src, dst = Region.of(args[0]), Region.of(args[1])
+            if is_fragment(src.buffer) and is_fragment(dst.buffer):
+                if [const_int(x) for x in src.buffer.shape] == [const_int(x) for x in dst.buffer.shape]:
+                    self.union(src.buffer, dst.buffer)
+                else:
+                    self.needs_rep.setdefault(dst.buffer, s.span)
+            for r in (src, dst):
+                for m in r.mins:
+                    self.exprs(m, s.span)
+        elif name == "tl.gemm":
+            ops = gemm_operands(s, self.ana)
+            plan = plan_for(ops, self.threads)
+            c = ops["c"].buffer
+            if is_fragment(c):
+                self.gemm_plans.setdefault(c, []).append(plan)
+            if plan.kind == "mma":
+                for key in ("a", "b"):
+                    buf = ops[key].buffer
+                    if is_shared(buf):
+                        shape = [const_int(x) for x in buf.shape]
+                        self.swizzle[buf] = swizzle_shift(shape[-1], shape[-2], str(buf.dtype))
+        elif name == "tl.reduce":
+            dst = Region.of(args[1]).buffer
+            if is_fragment(dst):
+                self.reduce_dst.add(dst)
+        elif name == "tl.atomic_add":
+            if not isinstance(args[1], tvm.ir.TensorRegion):
+                self.exprs(args[1], s.span)
+        elif name == "tl.print":
+            if isinstance(args[0], tvm.ir.TensorRegion):
+                buf = Region.of(args[0]).buffer
+                if is_fragment(buf):
+                    self.needs_rep.setdefault(buf, s.span)
+            else:
+                self.exprs(args[0], s.span)
+        return s
+
+    def exprs(self, e: Any, span: Any) -> None:
+        for ld in loads_in(e):
+            self.access(ld.source, list(ld.indices), False, span)
+
+    def access(self, buf: Any, idx: list[Any], write: bool, span: Any) -> None:
+        if not is_fragment(buf):
+            return
+        if not self.par:
+            self.needs_rep.setdefault(buf, span)
+            return
+        vs, exts, key = self.par[-1]
+        shape = [const_int(x) for x in buf.shape]
+        identity = (len(idx) == len(vs) and all(i.same_as(v) for i, v in zip(idx, vs))
+                    and shape == [const_int(e) for e in exts])
+        if identity:
+            self.union(buf, key)
+        else:
+            self.needs_rep.setdefault(buf, span)
+            if write:
+                self.nonid_write.setdefault(buf, span)
+
+
+def _err(msg: str, span: Any) -> TileLangCompileError:
+    return TileLangCompileError(msg, location_of(span), stage="tl.InferFragmentLayoutsCUDA")
+
+
+def infer_fragment_layouts_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    threads = thread_count(func)
+    col = _Collect(threads)
+    col.visit(func.body)
+    col.raise_collected()
+    classes: list[tuple[Any, list[Any]]] = []
+    for f in col.frags:
+        root = col.find(f)
+        for r, members in classes:
+            if col._is(r, root):
+                members.append(f)
+                break
+        else:
+            classes.append((root, [f]))
+    layouts: dict[Any, FragmentLayout] = {}
+    for _, members in classes:
+        plans = [p for m in members for p in col.gemm_plans.get(m, [])]
+        shape = [const_int(x) for x in members[0].shape]
+        ebytes = max(dtype_bytes(str(m.dtype)) for m in members)
+        rep_members = [m for m in members if m in col.needs_rep]
+        if plans:
+            mma = {(p.warp_m, p.warp_n) for p in plans if p.kind == "mma"}
+            if len(mma) == 1 and all(p.kind == "mma" for p in plans):
+                wm, wn = next(iter(mma))
+                lay = FragmentLayout.mma(shape, threads, wm, wn)
+            else:
+                lay = FragmentLayout.blocked(shape, threads, ebytes)
+            if rep_members:
+                m = rep_members[0]
+                raise _err(f"fragment {m.name} is the accumulator of a T.gemm (or shares its layout) and is also "
+                           "accessed at other indices or outside T.Parallel; on CUDA each thread holds only its "
+                           "share of it — access it as X[i, j] inside `for i, j in T.Parallel(...)` or copy it to "
+                           "shared memory first", col.needs_rep[m])
+        elif rep_members or any(m in col.reduce_dst for m in members):
+            lay = FragmentLayout.replicated(shape, threads)
+        else:
+            lay = FragmentLayout.blocked(shape, threads, ebytes)
+        if lay.distributed:
+            for m in members:
+                if m in col.nonid_write:
+                    raise _err(f"fragment {m.name} is written at indices other than the T.Parallel loop variables; "
+                               "write a fragment as X[i, j] with the loop's own variables", col.nonid_write[m])
+        for m in members:
+            if [const_int(x) for x in m.shape] != shape or None in shape:
+                raise _err(f"fragment {m.name} must have a constant shape equal to the fragments it is combined "
+                           "with", None)
+            layouts[m] = lay
+    locals_map: dict[Any, Any] = {}
+    for f, lay in layouts.items():
+        locals_map[f] = tirx.decl_buffer((lay.num_regs,), str(f.dtype), f.name, scope="local")
+
+    def swap_alloc(s: Any) -> Any:
+        new = locals_map.get(s.buffer)
+        # the fragment's own allocation stays until tl.LowerParallelCUDA has rewritten its last use
+        return tirx.SeqStmt([s, tirx.AllocBuffer(new)]) if new is not None else s
+
+    body = tvm_ffi.structural_map(func.body, [(tirx.AllocBuffer, swap_alloc)])
+    func = func.with_body(body)
+    func = func.with_attr(ATTR_LAYOUTS, {f: lay.spec() for f, lay in layouts.items()})
+    func = func.with_attr(ATTR_LOCALS, locals_map)
+    return func.with_attr(ATTR_SWIZZLE, dict(col.swizzle))

@@ -1,0 +1,744 @@
+"""Pass: lower tile ops to per-thread CUDA code (TIR over ``threadIdx.x`` plus calls into our CUDA headers).
+
+Memory kinds: global (``G``), shared (``S``), distributed fragments (``F``: each thread holds its share, in the
+register array the layout pass allocated), and per-thread full tiles (``R``: replicated fragments, ``T.alloc_local``
+and ``T.alloc_var`` buffers).
+
+* ``tl.copy`` — into or out of a distributed fragment: each thread moves the elements its layout gives it, 16 bytes
+  at a time where the layout's chunks and the tensor's alignment allow (``mma`` accumulators: pairs of columns).
+  Between global and shared memory: the block's threads take consecutive 16-byte chunks (coalesced); a copy a
+  software pipeline marked asynchronous becomes ``cp.async`` (``tl::cp_async_16``, zero-filling chunks outside a
+  ragged tensor). Anything else falls back to guarded element copies. Into a per-thread tile: every thread copies
+  all of it.
+* ``tl.gemm`` — fp16/bf16 tiles whose accumulator has the ``mma`` layout: ``tl::gemm_ss`` (ldmatrix + mma.sync
+  m16n8k16, fp32 accumulation, swizzled shared operands). Otherwise an FMA loop: each thread updates the
+  accumulator elements it owns. An A operand held in a fragment is first written to a shared scratch tile.
+* ``tl.reduce`` — each thread folds the elements it owns into per-row partials, then ``tl::block_allreduce``
+  combines them across the block (warp shuffles, then shared memory across warps); every thread ends with the
+  result, which is what a replicated destination needs.
+* ``tl.fill``, ``tl.atomic_add`` (``atomicAdd``), ``tl.print`` (``printf`` from thread 0).
+
+Global accesses that a ragged shape can push out of bounds are guarded (reads give 0, writes are skipped); a
+guard is left out when the analyzer proves it unnecessary, and a whole tile that is inside its tensor takes an
+unguarded, vectorised path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+from tvm import tirx
+
+from ..language._ir import Region, dtype_of
+from ..language.loops import PARALLEL_ATTR
+from ._cuda_common import (
+    ATTR_SWIZZLE,
+    PER_THREAD_SCOPES,
+    extern,
+    find_thread_var,
+    is_fragment,
+    is_shared,
+    layouts_of,
+    locals_of,
+    swizzles_of,
+    sync_stmt,
+    thread_count,
+)
+from ._cuda_layouts import FragmentLayout, dtype_bytes, flat_index, swizzle_shift
+from ._regions import in_bounds_conds, indices_at, is_global, squeezed
+from ._rewriter import Rewriter, and_all, const_int, make_for, new_var, seq
+from .infer_fragment_layouts_cuda import gemm_operands
+from .validate_tile_ops import tile_op_name
+
+ForKind = tirx.ForKind
+MAX_PY_UNROLL = 128
+
+
+def _load(buf: Any, idx: list[Any]) -> Any:
+    return tirx.BufferLoad(buf, list(idx))
+
+
+def _cast(value: Any, dtype: str) -> Any:
+    return value if dtype_of(value) == dtype else tirx.Cast(dtype, value)
+
+
+def _store(buf: Any, value: Any, idx: list[Any]) -> Any:
+    dt = str(buf.dtype)
+    vd = dtype_of(value)
+    if vd is not None and vd.split("x")[0] != dt:
+        lanes = vd.split("x")[1] if "x" in vd else None
+        value = tirx.Cast(f"{dt}x{lanes}" if lanes else dt, value)
+    return tirx.BufferStore(buf, value, list(idx))
+
+
+def _imm(v: int) -> Any:
+    return tirx.IntImm("int32", v)
+
+
+def _guard(conds: list[Any], stmt: Any, els: Any = None) -> Any:
+    return tirx.IfThenElse(and_all(conds), stmt, els) if conds else stmt
+
+
+class LowerTileOpsCUDA(Rewriter):
+    pass_name = "tl.LowerTileOpsCUDA"
+
+    def __init__(self, func: tirx.PrimFunc) -> None:
+        super().__init__()
+        self.tid = find_thread_var(func)
+        self.threads = thread_count(func)
+        self.layouts = layouts_of(func)
+        self.locals = locals_of(func)
+        self.swizzle = swizzles_of(func)
+        self.new_swizzle: dict[Any, int] = {}
+        self.bind_loop(self.tid, _imm(0), _imm(self.threads))
+        self.in_parallel = 0
+
+    # -- memory kinds --------------------------------------------------------------------------------------
+    def kind(self, buf: Any) -> str:
+        if is_global(buf):
+            return "G"
+        if is_shared(buf):
+            return "S"
+        if is_fragment(buf):
+            return "F" if self.layouts[buf].distributed else "R"
+        if buf.scope() in PER_THREAD_SCOPES:
+            return "R"
+        return "G"
+
+    def rep_ref(self, buf: Any, idx: list[Any]) -> tuple[Any, list[Any]]:
+        """(buffer, indices) of element ``idx`` of a per-thread full tile."""
+        if is_fragment(buf):
+            shape = tuple(int(s) for s in buf.shape)
+            return self.locals[buf], [self.ana.simplify(flat_index(idx, shape))]
+        return buf, list(idx)
+
+    def read(self, buf: Any, idx: list[Any]) -> Any:
+        k = self.kind(buf)
+        if k == "R":
+            b, i = self.rep_ref(buf, idx)
+            return _load(b, i)
+        return _load(buf, idx)
+
+    def write(self, buf: Any, value: Any, idx: list[Any]) -> Any:
+        if self.kind(buf) == "R":
+            b, i = self.rep_ref(buf, idx)
+            return _store(b, value, i)
+        return _store(buf, value, idx)
+
+    def guarded_read(self, buf: Any, idx: list[Any], dtype: str) -> Any:
+        val = _cast(self.read(buf, idx), dtype)
+        if is_global(buf):
+            conds = in_bounds_conds(buf, idx, self.ana)
+            if conds:
+                return tirx.if_then_else(and_all(conds), val, tirx.const(0, dtype))
+        return val
+
+    def guarded_write(self, buf: Any, value: Any, idx: list[Any]) -> Any:
+        st = self.write(buf, value, idx)
+        if is_global(buf):
+            return _guard(in_bounds_conds(buf, idx, self.ana), st)
+        return st
+
+    # -- iteration helpers -----------------------------------------------------------------------------------
+    def unrolled(self, n: int, body_fn: Any, force_python: bool = False) -> Any:
+        """``body_fn(q)`` for q < n: Python-unrolled (constant q) when small, else a TIR loop."""
+        if n <= 0:
+            return None
+        if n <= MAX_PY_UNROLL or force_python:
+            return seq([x for x in (body_fn(q) for q in range(n)) if x is not None])
+        q = new_var("q")
+        self.bind_loop(q, _imm(0), _imm(n))
+        return make_for(q, n, body_fn(q))
+
+    def nest(self, extents: list[int], body_fn: Any, kind: Any = None) -> Any:
+        if not extents:
+            return body_fn([])
+        vs = [new_var("ijklmn"[d % 6] + (str(d) if d >= 6 else "")) for d in range(len(extents))]
+        for v, e in zip(vs, extents):
+            self.bind_loop(v, _imm(0), _imm(e) if isinstance(e, int) else e)
+        body = body_fn(vs)
+        total = 1
+        for e in extents:
+            total *= const_int(e) or 1 << 20
+        k = kind if kind is not None else (ForKind.UNROLLED if total <= 64 else ForKind.SERIAL)
+        for v, e in reversed(list(zip(vs, extents))):
+            body = make_for(v, e, body, k)
+        return body
+
+    def tile_in_bounds(self, r: Region) -> list[Any]:
+        """Conditions (not provable now) under which the whole region lies inside its global tensor."""
+        if not is_global(r.buffer):
+            return []
+        conds = []
+        for m, e, n in zip(r.mins, r.extents, r.buffer.shape):
+            for c in (tirx.LE(m + e, n), tirx.GE(m, 0)):
+                if not self.prove(c):
+                    conds.append(self.ana.simplify(c))
+        return conds
+
+    def aligned(self, r: Region, vec: int) -> bool:
+        """The region's rows start at multiples of ``vec`` elements (16-byte vector accesses are legal)."""
+        if vec <= 1:
+            return True
+        shape = [const_int(x) for x in r.buffer.shape]
+        if shape[-1] is None or shape[-1] % vec:
+            return False
+        return self.prove(tirx.EQ(tirx.floormod(r.mins[-1], vec), 0))
+
+    # -- dispatch ------------------------------------------------------------------------------------------
+    def visit_For(self, s: Any) -> Any:  # noqa: N802
+        par = PARALLEL_ATTR in s.annotations
+        self.in_parallel += par
+        out = super().visit_For(s)
+        self.in_parallel -= par
+        return out
+
+    def visit_Evaluate(self, s: Any) -> Any:  # noqa: N802
+        name = tile_op_name(s)
+        if name is None:
+            return s
+        if self.in_parallel and name != "tl.atomic_add":
+            self.error(s.span, f"{name[3:]} is a tile operation and cannot be used inside T.Parallel on CUDA")
+            return s
+        lower = getattr(self, "_lower_" + name[3:], None)
+        if lower is None:
+            self.error(s.span, f"{name} is not supported on the CUDA backend")
+            return s
+        out = lower(s, list(s.value.args))
+        return out if out is not None else tirx.Evaluate(_imm(0))
+
+    # -- copy ----------------------------------------------------------------------------------------------
+    def _lower_copy(self, s: Any, args: list[Any]) -> Any:
+        src, dst = Region.of(args[0]), Region.of(args[1])
+        is_async = len(args) > 2 and const_int(args[2]) == 1
+        sd, dd = squeezed(src, self.ana), squeezed(dst, self.ana)
+        exts = [const_int(dst.extents[d]) for d in dd]
+        if None in exts:
+            self.error(s.span, "T.copy: tile extents must be compile-time constants on CUDA")
+            return s
+        ks, kd = self.kind(src.buffer), self.kind(dst.buffer)
+        if kd == "F":
+            if ks == "F" and self.layouts[src.buffer] != self.layouts[dst.buffer]:
+                self.error(s.span, f"T.copy between fragments {src.buffer.name} and {dst.buffer.name} of different "
+                                   "layouts is not supported on CUDA")
+                return s
+            return self._copy_fragment(s, dst, dd, src, sd, into=True)
+        if ks == "F":
+            if kd == "R":
+                self.error(s.span, f"T.copy from fragment {src.buffer.name} into a per-thread tile "
+                                   f"{dst.buffer.name} is not supported on CUDA; copy through shared memory")
+                return s
+            return self._copy_fragment(s, src, sd, dst, dd, into=False)
+        if kd == "R":
+            def one(co: list[Any]) -> Any:
+                si, di = indices_at(src, sd, co), indices_at(dst, dd, co)
+                return self.write(dst.buffer, self.guarded_read(src.buffer, si, str(dst.buffer.dtype)), di)
+            return self.nest(exts, one)
+        return self._copy_distributed(src, sd, dst, dd, exts, is_async)
+
+    def _copy_fragment(self, s: Any, frag: Region, fd: list[int], other: Region, od: list[int], into: bool) -> Any:
+        """Copy between a distributed fragment and global/shared/per-thread memory (or a same-layout fragment)."""
+        lay = self.layouts[frag.buffer]
+        loc = self.locals[frag.buffer]
+        whole = all(const_int(m) == 0 for m in frag.mins) and [const_int(e) for e in frag.extents] == list(lay.shape)
+        okind = self.kind(other.buffer)
+        fdt, odt = str(frag.buffer.dtype), str(other.buffer.dtype)
+
+        def tile_coords(coords: list[Any]) -> tuple[list[Any], list[Any]]:
+            member = []
+            if not whole:
+                for c, m, e in zip(coords, frag.mins, frag.extents):
+                    member += [tirx.GE(c, m), tirx.LT(c, m + e)]
+            return [self.ana.simplify(coords[d] - frag.mins[d]) for d in fd], member
+
+        def elem(reg: Any, guarded: bool) -> Any:
+            coords, valid = lay.coords(self.tid, reg, self.ana)
+            tc, member = tile_coords(coords)
+            conds = ([valid] if valid is not None else []) + member
+            oi = indices_at(other, od, tc)
+            if okind == "F":
+                st = tirx.BufferStore(loc, _cast(_load(self.locals[other.buffer], [reg]), fdt), [reg]) if into else \
+                    tirx.BufferStore(self.locals[other.buffer], _cast(_load(loc, [reg]), odt), [reg])
+            elif into:
+                val = self.guarded_read(other.buffer, oi, fdt) if guarded else _cast(self.read(other.buffer, oi), fdt)
+                st = tirx.BufferStore(loc, val, [reg])
+            else:
+                val = _cast(_load(loc, [reg]), odt)
+                st = self.guarded_write(other.buffer, val, oi) if guarded else self.write(other.buffer, val, oi)
+            return _guard(conds, st)
+
+        # vector chunks: blocked layouts (vec elements along the last dim) and mma column pairs
+        vec = lay.vec if lay.kind == "blocked" else 2 if lay.kind == "mma" else 1
+        contiguous = (whole and okind in ("G", "S") and od and od[-1] == len(other.buffer.shape) - 1
+                      and fd and fd[-1] == len(frag.buffer.shape) - 1 and not lay.padded
+                      and (fdt == odt or "bfloat16" not in (fdt, odt)))
+        if okind == "S" and contiguous and self.swizzle.get(other.buffer, 0):
+            contiguous = vec * dtype_bytes(odt) <= 16
+        use_vec = vec > 1 and contiguous and self.aligned(other, vec)
+
+        def chunk(q: int, guarded: bool) -> Any:
+            base = q * vec
+            coords, valid = lay.coords(self.tid, base, self.ana)
+            tc, _ = tile_coords(coords)
+            oi = indices_at(other, od, tc)
+            oi_vec = oi[:-1] + [tirx.Ramp(oi[-1], 1, vec)]
+            ramp = [tirx.Ramp(_imm(base), 1, vec)]
+            conds = in_bounds_conds(other.buffer, oi, self.ana) if guarded and is_global(other.buffer) else []
+            if into:
+                st = tirx.BufferStore(loc, _cast(_load(other.buffer, oi_vec), f"{fdt}x{vec}"), ramp)
+                zero = tirx.BufferStore(loc, tirx.Broadcast(tirx.const(0, fdt), vec), ramp)
+                return _guard(conds, st, zero if conds else None)
+            return _guard(conds, tirx.BufferStore(other.buffer, _cast(_load(loc, ramp), f"{odt}x{vec}"), oi_vec))
+
+        n_regs = lay.num_regs
+        force = lay.kind == "mma"
+        if use_vec:
+            fast = self.unrolled(n_regs // vec, lambda q: chunk(q, False), force)
+            tconds = self.tile_in_bounds(other)
+            if not tconds:
+                return fast
+            slow = self.unrolled(n_regs // vec, lambda q: chunk(q, True), force)
+            return tirx.IfThenElse(and_all(tconds), fast, slow)
+        fast = self.unrolled(n_regs, lambda r: elem(r, False), force)
+        tconds = self.tile_in_bounds(other)
+        if not tconds:
+            return fast
+        slow = self.unrolled(n_regs, lambda r: elem(r, True), force)
+        return tirx.IfThenElse(and_all(tconds), fast, slow)
+
+    def _copy_distributed(self, src: Region, sd: list[int], dst: Region, dd: list[int], exts: list[int],
+                          is_async: bool) -> Any:
+        """Copy between global/shared/per-thread tiles with the block's threads taking consecutive chunks."""
+        sdt, ddt = str(src.buffer.dtype), str(dst.buffer.dtype)
+        ks, kd = self.kind(src.buffer), self.kind(dst.buffer)
+        max_es = max(dtype_bytes(sdt), dtype_bytes(ddt))
+        vec = 1
+        contiguous = (ks in ("G", "S") and kd in ("G", "S") and sd and dd and sd[-1] == len(src.buffer.shape) - 1
+                      and dd[-1] == len(dst.buffer.shape) - 1 and sdt == ddt)
+        if contiguous:
+            vec = 16 // max_es
+            while vec > 1 and (exts[-1] % vec or not self.aligned(src, vec) or not self.aligned(dst, vec)):
+                vec //= 2
+        total = 1
+        for e in exts:
+            total *= e
+        cshape = exts[:-1] + [exts[-1] // vec]
+        n_chunks = total // vec
+        rounds = -(-n_chunks // self.threads)
+        use_cp_async = is_async and ks == "G" and kd == "S" and vec * dtype_bytes(sdt) == 16
+
+        def chunk_coords(q: Any) -> tuple[list[Any], list[Any]]:
+            c = q * self.threads + self.tid
+            co = []
+            stride = 1
+            for e in reversed(cshape):
+                co.append(tirx.floormod(tirx.floordiv(c, stride), e) if stride > 1 else tirx.floormod(c, e))
+                stride *= e
+            co = list(reversed(co))
+            co[0] = tirx.floordiv(c, stride // cshape[0]) if stride // cshape[0] > 1 else c
+            co[-1] = co[-1] * vec
+            co = [self.ana.simplify(x) for x in co]
+            valid = [] if n_chunks % self.threads == 0 else [self.ana.simplify(tirx.LT(c, n_chunks))]
+            return co, valid
+
+        def body(q: Any, guarded: bool) -> Any:
+            co, valid = chunk_coords(q)
+            si, di = indices_at(src, sd, co), indices_at(dst, dd, co)
+            if use_cp_async:
+                conds = in_bounds_conds(src.buffer, si, self.ana) if guarded else []
+                if conds:
+                    pred = and_all(conds)
+                    safe = [tirx.if_then_else(pred, i, _imm(0)) for i in si]
+                    call = extern("tl::cp_async_16_zfill", tirx.address_of(_load(dst.buffer, di)),
+                                  tirx.address_of(_load(src.buffer, safe)), pred)
+                else:
+                    call = extern("tl::cp_async_16", tirx.address_of(_load(dst.buffer, di)),
+                                  tirx.address_of(_load(src.buffer, si)))
+                return _guard(valid, call)
+            if vec > 1:
+                sv = si[:-1] + [tirx.Ramp(si[-1], 1, vec)]
+                dv = di[:-1] + [tirx.Ramp(di[-1], 1, vec)]
+                st = tirx.BufferStore(dst.buffer, _load(src.buffer, sv), dv)
+                conds = []
+                if guarded:
+                    sc = in_bounds_conds(src.buffer, si, self.ana) if ks == "G" else []
+                    dc = in_bounds_conds(dst.buffer, di, self.ana) if kd == "G" else []
+                    if dc:
+                        return _guard(valid + dc, _guard(sc, st, tirx.BufferStore(
+                            dst.buffer, tirx.Broadcast(tirx.const(0, ddt), vec), dv) if sc else None))
+                    conds = sc
+                zero = tirx.BufferStore(dst.buffer, tirx.Broadcast(tirx.const(0, ddt), vec), dv)
+                return _guard(valid, _guard(conds, st, zero if conds else None))
+            val = self.guarded_read(src.buffer, si, ddt) if guarded else _cast(self.read(src.buffer, si), ddt)
+            st = self.guarded_write(dst.buffer, val, di) if guarded else self.write(dst.buffer, val, di)
+            return _guard(valid, st)
+
+        if use_cp_async:
+            # cp.async zero-fills per chunk: no separate fast path needed
+            conds = self.tile_in_bounds(src)
+            return self.unrolled(rounds, lambda q: body(q, bool(conds)))
+        fast = self.unrolled(rounds, lambda q: body(q, False))
+        tconds = self.tile_in_bounds(src) + self.tile_in_bounds(dst)
+        if not tconds:
+            return fast
+        slow = self.unrolled(rounds, lambda q: body(q, True))
+        return tirx.IfThenElse(and_all(tconds), fast, slow)
+
+    # -- fill ----------------------------------------------------------------------------------------------
+    def _lower_fill(self, s: Any, args: list[Any]) -> Any:
+        r = Region.of(args[0])
+        value = args[1]
+        k = self.kind(r.buffer)
+        dims = squeezed(r, self.ana)
+        exts = [const_int(r.extents[d]) for d in dims]
+        if k == "F":
+            lay = self.layouts[r.buffer]
+            loc = self.locals[r.buffer]
+            whole = all(const_int(m) == 0 for m in r.mins) and [const_int(e) for e in r.extents] == list(lay.shape)
+
+            def one(reg: Any) -> Any:
+                st = tirx.BufferStore(loc, _cast(value, str(loc.dtype)), [reg])
+                if whole:
+                    return st
+                coords, _ = lay.coords(self.tid, reg, self.ana)
+                conds = []
+                for c, m, e in zip(coords, r.mins, r.extents):
+                    conds += [tirx.GE(c, m), tirx.LT(c, m + e)]
+                return _guard(conds, st)
+            return self.unrolled(lay.num_regs, one, lay.kind == "mma")
+        if k == "R":
+            return self.nest(exts, lambda co: self.write(r.buffer, value, indices_at(r, dims, co)))
+        total = 1
+        for e in exts:
+            total *= e
+        rounds = -(-total // self.threads)
+
+        def one_g(q: Any) -> Any:
+            f = q * self.threads + self.tid
+            co = []
+            stride = 1
+            for e in reversed(exts):
+                co.append(tirx.floormod(tirx.floordiv(f, stride), e))
+                stride *= e
+            co = [self.ana.simplify(x) for x in reversed(co)]
+            st = self.guarded_write(r.buffer, value, indices_at(r, dims, co))
+            return _guard([] if total % self.threads == 0 else [tirx.LT(f, total)], st)
+        return self.unrolled(rounds, one_g)
+
+    # -- gemm ----------------------------------------------------------------------------------------------
+    def _stage_a(self, a: Region, ta: bool, stmts: list[Any], span: Any) -> Region:
+        """Write a fragment A operand into a shared scratch tile; returns the scratch region."""
+        shape = [int(x) for x in a.buffer.shape]
+        if len(shape) != 2:
+            self.error(span, "T.gemm: a fragment A operand must be a 2-D fragment")
+            return a
+        dt = str(a.buffer.dtype)
+        scratch = tirx.decl_buffer(shape, dt, a.buffer.name + "_smem", scope="shared")
+        self.new_swizzle[scratch] = swizzle_shift(shape[-1], shape[-2], dt)
+        lay = self.layouts.get(a.buffer)
+        stmts.append(tirx.AllocBuffer(scratch))
+        stmts.append(sync_stmt())  # the previous gemm may still read the scratch tile
+        if lay is not None and lay.distributed:
+            loc = self.locals[a.buffer]
+
+            def one(reg: Any) -> Any:
+                coords, valid = lay.coords(self.tid, reg, self.ana)
+                st = tirx.BufferStore(scratch, _load(loc, [reg]), coords)
+                return _guard([valid] if valid is not None else [], st)
+            stmts.append(self.unrolled(lay.num_regs, one, lay.kind == "mma"))
+        else:
+            stmts.append(self.nest(shape, lambda co: tirx.BufferStore(scratch, self.read(a.buffer, co), co)))
+        stmts.append(sync_stmt())
+        full = [tvm.ir.Range.from_min_extent(_imm(0), _imm(e)) for e in shape]
+        return Region.of(tirx.BufferRegion(scratch, full))
+
+    def _lower_gemm(self, s: Any, args: list[Any]) -> Any:
+        ops = gemm_operands(s, self.ana)
+        a, b, c = ops["a"], ops["b"], ops["c"]
+        M, N, K = ops["M"], ops["N"], ops["K"]
+        if None in (M, N, K):
+            self.error(s.span, "T.gemm: tile extents must be compile-time constants on CUDA")
+            return s
+        stmts: list[Any] = []
+        a_frag = is_fragment(a.buffer)
+        if a_frag:
+            a = self._stage_a(a, ops["ta"], stmts, s.span)
+        clay = self.layouts.get(c.buffer) if is_fragment(c.buffer) else None
+        if clay is not None and clay.kind == "mma":
+            return self._gemm_mma(s, ops, a, b, c, clay, stmts)
+        return self._gemm_fma(s, ops, a, b, c, clay, stmts)
+
+    def _gemm_mma(self, s: Any, ops: dict[str, Any], a: Region, b: Region, c: Region, lay: FragmentLayout,
+                  stmts: list[Any]) -> Any:
+        loc = self.locals[c.buffer]
+        if ops["clear"]:
+            stmts.append(self.unrolled(lay.num_regs, lambda r: tirx.BufferStore(loc, tirx.const(0, str(loc.dtype)),
+                                                                                  [r]), True))
+        swa = self.swizzle.get(a.buffer, self.new_swizzle.get(a.buffer, 0))
+        swb = self.swizzle.get(b.buffer, 0)
+        M, N, K = ops["M"], ops["N"], ops["K"]
+        ta, tb = int(ops["ta"]), int(ops["tb"])
+        name = f"tl::gemm_ss<{M}, {N}, {K}, {lay.warp_m}, {lay.warp_n}, {ta}, {tb}, {swa}, {swb}>"
+        stmts.append(extern(name, tirx.address_of(_load(a.buffer, a.mins)), tirx.address_of(_load(b.buffer, b.mins)),
+                            tirx.address_of(_load(loc, [_imm(0)]))))
+        return seq(stmts, s.span)
+
+    def _gemm_fma(self, s: Any, ops: dict[str, Any], a: Region, b: Region, c: Region, lay: FragmentLayout | None,
+                  stmts: list[Any]) -> Any:
+        M, N, K = ops["M"], ops["N"], ops["K"]
+        ta, tb, clear = ops["ta"], ops["tb"], ops["clear"]
+
+        def mat_dims(r: Region) -> list[int]:
+            dims = squeezed(r, self.ana)
+            return dims if len(dims) == 2 else [len(r.extents) - 2, len(r.extents) - 1]
+
+        da, db, dc = mat_dims(a), mat_dims(b), mat_dims(c)
+        acc = str(c.buffer.dtype)
+
+        def A(i: Any, k: Any) -> Any:  # noqa: N802
+            return _cast(self.read(a.buffer, indices_at(a, da, [k, i] if ta else [i, k])), acc)
+
+        def B(k: Any, j: Any) -> Any:  # noqa: N802
+            return _cast(self.read(b.buffer, indices_at(b, db, [j, k] if tb else [k, j])), acc)
+
+        k = new_var("kk")
+        self.bind_loop(k, _imm(0), _imm(K))
+        if lay is not None and lay.distributed:
+            loc = self.locals[c.buffer]
+            if clear:
+                stmts.append(self.unrolled(lay.num_regs, lambda r: tirx.BufferStore(loc, tirx.const(0, acc), [r]),
+                                           lay.kind == "mma"))
+
+            def upd(reg: Any) -> Any:
+                coords, valid = lay.coords(self.tid, reg, self.ana)
+                i, j = coords[dc[0]] - c.mins[dc[0]], coords[dc[1]] - c.mins[dc[1]]
+                st = tirx.BufferStore(loc, _load(loc, [reg]) + A(i, k) * B(k, j), [reg])
+                return _guard([valid] if valid is not None else [], st)
+
+            inner = self.unrolled(lay.num_regs, upd, lay.kind == "mma")
+            stmts.append(make_for(k, K, inner, ForKind.UNROLLED if K <= 8 else ForKind.SERIAL))
+            return seq(stmts, s.span)
+        # per-thread accumulator (replicated fragment or local tile): every thread computes the whole product
+
+        def Cidx(i: Any, j: Any) -> list[Any]:  # noqa: N802
+            return indices_at(c, dc, [i, j])
+
+        if clear:
+            stmts.append(self.nest([M, N], lambda co: self.write(c.buffer, tirx.const(0, acc), Cidx(co[0], co[1]))))
+
+        def full(co: list[Any]) -> Any:
+            i, j = co
+            return self.write(c.buffer, self.read(c.buffer, Cidx(i, j)) + A(i, k) * B(k, j), Cidx(i, j))
+
+        stmts.append(make_for(k, K, self.nest([M, N], full, ForKind.SERIAL)))
+        return seq(stmts, s.span)
+
+    # -- reduce --------------------------------------------------------------------------------------------
+    def _lower_reduce(self, s: Any, args: list[Any]) -> Any:
+        src, dst = Region.of(args[0]), Region.of(args[1])
+        kind, dim, clear = str(args[2].value), const_int(args[3]), bool(const_int(args[4]))
+        dt = str(dst.buffer.dtype)
+        rank = len(src.extents)
+        sext = [const_int(e) for e in src.extents]
+        if None in sext:
+            self.error(s.span, f"T.reduce_{kind}: tile extents must be compile-time constants on CUDA")
+            return s
+        keep = [d for d in range(rank) if d != dim]
+        kext = [sext[d] for d in keep]
+        D = 1
+        for e in kext:
+            D *= e
+        same_rank = len(dst.extents) == rank
+        if kind in ("sum", "abssum", "absmax"):
+            init = tirx.const(0, dt)
+        elif kind == "max":
+            init = tirx.min_value(dt)
+        else:
+            init = tirx.max_value(dt)
+        op = {"sum": "SumOp", "abssum": "SumOp", "max": "MaxOp", "absmax": "MaxOp", "min": "MinOp"}[kind]
+
+        def f(x: Any) -> Any:
+            x = _cast(x, dt)
+            return tirx.abs(x) if kind.startswith("abs") else x
+
+        def comb(x: Any, y: Any) -> Any:
+            if op == "SumOp":
+                return x + y
+            return tirx.max(x, y) if op == "MaxOp" else tirx.min(x, y)
+
+        def dflat(keep_coords: list[Any]) -> Any:
+            return self.ana.simplify(flat_index(keep_coords, tuple(kext)))
+
+        def dst_idx(keep_coords: list[Any]) -> list[Any]:
+            full = (list(keep_coords[:dim]) + [_imm(0)] + list(keep_coords[dim:])) if same_rank else list(keep_coords)
+            return [m + x for m, x in zip(dst.mins, full)]
+
+        part = tirx.decl_buffer((D,), dt, "red_part", scope="local")
+        stmts: list[Any] = [tirx.AllocBuffer(part)]
+        stmts.append(self.unrolled(D, lambda d: tirx.BufferStore(part, init, [d]), True) if D <= 256 else
+                     self.nest([D], lambda co: tirx.BufferStore(part, init, co)))
+        ks = self.kind(src.buffer)
+        cross = True
+        if ks == "F":
+            lay = self.layouts[src.buffer]
+            loc = self.locals[src.buffer]
+
+            def acc_reg(reg: Any) -> Any:
+                coords, valid = lay.coords(self.tid, reg, self.ana)
+                rel = [self.ana.simplify(x - m) for x, m in zip(coords, src.mins)]
+                conds = [valid] if valid is not None else []
+                if not (all(const_int(m) == 0 for m in src.mins) and sext == list(lay.shape)):
+                    for x, e in zip(rel, sext):
+                        conds += [tirx.GE(x, 0), tirx.LT(x, e)]
+                d = dflat([rel[x] for x in keep])
+                st = tirx.BufferStore(part, comb(_load(part, [d]), f(_load(loc, [reg]))), [d])
+                return _guard(conds, st)
+            stmts.append(self.unrolled(lay.num_regs, acc_reg, lay.kind == "mma"))
+        elif ks == "R":
+            cross = False
+
+            def acc_full(co: list[Any]) -> Any:
+                d = dflat([co[x] for x in keep])
+                v = self.read(src.buffer, [m + x for m, x in zip(src.mins, co)])
+                return tirx.BufferStore(part, comb(_load(part, [d]), f(v)), [d])
+            stmts.append(self.nest(sext, acc_full, ForKind.SERIAL))
+        else:  # shared (or global) source: the threads split its elements
+            lay = FragmentLayout.blocked(sext, self.threads, 16)
+
+            def acc_sh(reg: Any) -> Any:
+                coords, valid = lay.coords(self.tid, reg, self.ana)
+                v = self.read(src.buffer, [m + x for m, x in zip(src.mins, coords)])
+                d = dflat([coords[x] for x in keep])
+                st = tirx.BufferStore(part, comb(_load(part, [d]), f(v)), [d])
+                return _guard([valid] if valid is not None else [], st)
+            stmts.append(self.unrolled(lay.num_regs, acc_sh))
+        if cross:
+            warps = self.threads // 32
+            scratch = tirx.decl_buffer((max(warps, 1) * D,), dt, "red_smem", scope="shared")
+            stmts.append(tirx.AllocBuffer(scratch))
+            stmts.append(extern(f"tl::block_allreduce<tl::{op}, {self.threads}, {D}>",
+                                tirx.address_of(_load(part, [_imm(0)])), tirx.address_of(_load(scratch, [_imm(0)]))))
+        # write the result
+        kd = self.kind(dst.buffer)
+        if kd == "F":
+            dlay = self.layouts[dst.buffer]
+            dloc = self.locals[dst.buffer]
+
+            def wr(reg: Any) -> Any:
+                coords, valid = dlay.coords(self.tid, reg, self.ana)
+                rel = [self.ana.simplify(x - m) for x, m in zip(coords, dst.mins)]
+                kc = [x for i, x in enumerate(rel) if not same_rank or i != dim]
+                val = _load(part, [dflat(kc)])
+                if not clear:
+                    val = comb(_load(dloc, [reg]), val)
+                conds = [valid] if valid is not None else []
+                return _guard(conds, tirx.BufferStore(dloc, _cast(val, str(dloc.dtype)), [reg]))
+            stmts.append(self.unrolled(dlay.num_regs, wr, dlay.kind == "mma"))
+        else:
+            def wr_full(co: list[Any]) -> Any:
+                di = dst_idx(co)
+                val = _load(part, [dflat(co)])
+                if not clear:
+                    val = comb(self.read(dst.buffer, di), val)
+                return self.write(dst.buffer, val, di)
+            stmts.append(self.nest(kext, wr_full) if kext else wr_full([]))
+        return seq(stmts, s.span)
+
+    # -- atomic_add ----------------------------------------------------------------------------------------
+    def _atomic(self, buf: Any, idx: list[Any], value: Any) -> Any:
+        dt = str(buf.dtype)
+        call = extern("atomicAdd", tirx.address_of(_load(buf, idx)), _cast(value, dt), dtype=dt)
+        if is_global(buf):
+            return _guard(in_bounds_conds(buf, idx, self.ana), call)
+        return call
+
+    def _lower_atomic_add(self, s: Any, args: list[Any]) -> Any:
+        dst = Region.of(args[0])
+        dd = squeezed(dst, self.ana)
+        if not isinstance(args[1], tvm.ir.TensorRegion):
+            if dd:
+                self.error(s.span, "T.atomic_add with a scalar value needs a single destination element")
+                return s
+            call = self._atomic(dst.buffer, list(dst.mins), args[1])
+            if self.in_parallel:
+                return call
+            # block-level code runs in every thread: one thread performs the (non-idempotent) update
+            return tirx.IfThenElse(tirx.EQ(self.tid, 0), call, None)
+        src = Region.of(args[1])
+        sd = squeezed(src, self.ana)
+        exts = [const_int(dst.extents[d]) for d in dd]
+        if self.kind(dst.buffer) not in ("G", "S"):
+            self.error(s.span, "T.atomic_add: the destination must be a global or shared tile")
+            return s
+        if self.kind(src.buffer) == "F":
+            lay = self.layouts[src.buffer]
+            loc = self.locals[src.buffer]
+
+            def one(reg: Any) -> Any:
+                coords, valid = lay.coords(self.tid, reg, self.ana)
+                tc = [self.ana.simplify(coords[d] - src.mins[d]) for d in sd]
+                conds = [valid] if valid is not None else []
+                for d in sd:
+                    conds += [tirx.GE(coords[d], src.mins[d]), tirx.LT(coords[d], src.mins[d] + src.extents[d])]
+                conds = [c for c in conds if not self.prove(c)]
+                return _guard(conds, self._atomic(dst.buffer, indices_at(dst, dd, tc), _load(loc, [reg])))
+            return self.unrolled(lay.num_regs, one, lay.kind == "mma")
+        total = 1
+        for e in exts:
+            total *= e
+        lay = FragmentLayout.blocked(exts, self.threads, 16)
+
+        def one_d(reg: Any) -> Any:
+            coords, valid = lay.coords(self.tid, reg, self.ana)
+            v = self.read(src.buffer, indices_at(src, sd, coords))
+            return _guard([valid] if valid is not None else [], self._atomic(dst.buffer, indices_at(dst, dd, coords),
+                                                                            v))
+        return self.unrolled(lay.num_regs, one_d)
+
+    # -- use_swizzle (consumed by tl.LowerKernelLaunchCUDA; one left elsewhere does nothing) ------------------
+    def _lower_use_swizzle(self, s: Any, args: list[Any]) -> Any:
+        return tirx.Evaluate(_imm(0))
+
+    # -- print ---------------------------------------------------------------------------------------------
+    def _lower_print(self, s: Any, args: list[Any]) -> Any:
+        obj, msg = args[0], str(args[1].value)
+        prefix = (msg + " ") if msg else ""
+        first = tirx.EQ(self.tid, 0)
+        if isinstance(obj, tvm.ir.TensorRegion):
+            r = Region.of(obj)
+            if self.kind(r.buffer) == "F":
+                self.error(s.span, f"T.print: fragment {r.buffer.name} is spread over the threads; copy it to "
+                                   "shared memory to print it on CUDA")
+                return s
+
+            def body(co: list[Any]) -> Any:
+                idx = [m + x for m, x in zip(r.mins, co)]
+                fmt, v = _printf_arg(self.read(r.buffer, idx))
+                where = ", ".join(["%d"] * len(co))
+                return tirx.Evaluate(tirx.call_extern("int32", "printf", tvm.ir.StringImm(
+                    f"{prefix}{r.buffer.name}[{where}] = {fmt}\n"), *co, v))
+            return tirx.IfThenElse(first, self.nest([const_int(e) for e in r.extents], body, ForKind.SERIAL), None)
+        fmt, v = _printf_arg(obj)
+        return tirx.IfThenElse(first, tirx.Evaluate(tirx.call_extern("int32", "printf",
+                                                                     tvm.ir.StringImm(f"{prefix}{fmt}\n"), v)), None)
+
+
+def _printf_arg(v: Any) -> tuple[str, Any]:
+    dt = dtype_of(v) or "float64"
+    if dt.startswith(("float", "bfloat")):
+        return "%.6g", tirx.Cast("float64", v)
+    if dt == "bool":
+        return "%d", tirx.Cast("int32", v)
+    return "%lld", tirx.Cast("int64", v)
+
+
+def lower_tile_ops_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    pass_ = LowerTileOpsCUDA(func)
+    out = pass_.run(func)
+    if pass_.new_swizzle:
+        merged = dict(swizzles_of(out))
+        merged.update(pass_.new_swizzle)
+        out = out.with_attr(ATTR_SWIZZLE, merged)
+    return out
+

@@ -1,0 +1,175 @@
+"""Checking a kernel against a reference expression and timing both.
+
+Why this module exists: ``--ref "torch.relu(A @ B)"`` is an expression over the kernel's *input names*, evaluated
+in (a copy of) the user namespace. This module makes random inputs from the kernel's signature (through its
+profiler), binds them by parameter name, compares every output, and benchmarks kernel and reference with the
+profiler's ``do_bench``. Results are plain dataclasses the summary views format.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .options import default_tolerance
+
+_ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2,
+             "int32": 4, "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8}
+
+
+@dataclass
+class OutputError:
+    """How far one output is from the reference."""
+
+    name: str
+    max_abs: float
+    max_rel: float
+    mismatched: int
+    total: int
+
+
+@dataclass
+class CheckResult:
+    """Outcome of comparing every output with the reference (pass: ``|out - ref| <= atol + rtol * |ref|``)."""
+
+    reference: str
+    rtol: float
+    atol: float
+    outputs: list[OutputError] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(o.mismatched == 0 for o in self.outputs)
+
+    @property
+    def max_abs(self) -> float:
+        return max((o.max_abs for o in self.outputs), default=0.0)
+
+    @property
+    def max_rel(self) -> float:
+        return max((o.max_rel for o in self.outputs), default=0.0)
+
+
+@dataclass
+class Timing:
+    """Median latencies (``tilelang_core.profiler.BenchResult``, floats in ms) and the work per call."""
+
+    kernel_ms: Any
+    ref_ms: Any | None
+    flops: float | None  # 2*M*N*K when the factory has M, N, K
+    bytes: float  # all parameters, read or written once
+
+    @property
+    def speedup(self) -> float | None:
+        """Reference time / kernel time (> 1: the kernel is faster)."""
+        if self.ref_ms is None or not self.kernel_ms:
+            return None
+        return float(self.ref_ms) / float(self.kernel_ms)
+
+    def rate(self, ms: float | None) -> tuple[float, str] | None:
+        """Achieved GFLOP/s (when the FLOP count is known) else GB/s, for a latency in ms."""
+        if ms is None or ms <= 0:
+            return None
+        if self.flops:
+            return self.flops / (ms * 1e-3) / 1e9, "GFLOP/s"
+        return self.bytes / (ms * 1e-3) / 1e9, "GB/s"
+
+
+class ReferenceCheckError(Exception):
+    """The ``--ref`` expression failed or returned something that cannot be compared."""
+
+
+class Reference:
+    """``--ref`` compiled once, callable with the kernel's inputs in signature order."""
+
+    def __init__(self, expr: str, input_names: list[str], namespace: dict[str, Any]):
+        self.expr = expr
+        self.input_names = input_names
+        self._code = compile(expr, "<--ref>", "eval")
+        self._env = dict(namespace)
+
+    def __call__(self, *inputs: Any) -> Any:
+        self._env.update(zip(self.input_names, inputs))
+        return eval(self._code, self._env)  # the user's expression, in their namespace
+
+
+def kernel_inputs(kernel: Any) -> list[Any]:
+    """Seeded random inputs from the kernel's profiler, on the kernel's device (the GPU for a CUDA kernel)."""
+    inputs = kernel.get_profiler().inputs()
+    if kernel.target.get("kind") == "cuda":
+        inputs = [t.cuda() for t in inputs]
+    return inputs
+
+
+def _as_tuple(x: Any) -> tuple[Any, ...]:
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def compare(name: str, out: Any, ref: Any, rtol: float, atol: float) -> OutputError:
+    """Errors of one output; relative error is taken over elements where ``|ref| > atol`` (no 0/0 blow-ups)."""
+    import torch
+
+    try:
+        r = torch.as_tensor(ref)
+    except Exception as e:  # noqa: BLE001 - whatever the expression returned, say what it was
+        raise ReferenceCheckError(f"output {name!r}: the reference gave a {type(ref).__name__}, not a tensor "
+                                  f"({e})") from e
+    if tuple(r.shape) != tuple(out.shape):
+        raise ReferenceCheckError(f"output {name!r}: the kernel returns shape {list(out.shape)}, the reference "
+                                  f"{list(r.shape)}")
+    o64, r64 = out.detach().to(torch.float64), r.detach().to(torch.float64)
+    d = (o64 - r64).abs()
+    bad = ~(d <= atol + rtol * r64.abs())  # NaN anywhere counts as a mismatch
+    big = r64.abs() > max(atol, 1e-12)
+    max_abs = float(d.max()) if d.numel() else 0.0
+    max_rel = float((d[big] / r64.abs()[big]).max()) if bool(big.any()) else 0.0
+    if math.isnan(max_abs) or bool(torch.isnan(d).any()):
+        max_abs = math.nan
+    return OutputError(name, max_abs, max_rel, int(bad.sum()), d.numel())
+
+
+def check(kernel: Any, reference: Reference, rtol: float | None, atol: float | None) -> CheckResult:
+    """Run kernel and reference on the same random inputs and compare every output."""
+    params = kernel.params
+    out_dtypes = [params[i].dtype for i in kernel.out_idx]
+    tol = default_tolerance(out_dtypes)
+    rtol = tol if rtol is None else rtol
+    atol = tol if atol is None else atol
+    inputs = kernel_inputs(kernel)
+    outs = _as_tuple(kernel(*inputs))
+    try:
+        refs = _as_tuple(reference(*inputs))
+    except Exception as e:  # noqa: BLE001 - the user's expression may raise anything
+        raise ReferenceCheckError(f"--ref {reference.expr!r} raised {type(e).__name__}: {e}") from e
+    if len(refs) != len(outs):
+        names = ", ".join(params[i].name for i in kernel.out_idx)
+        raise ReferenceCheckError(f"the kernel has {len(outs)} output(s) ({names}); --ref {reference.expr!r} gave "
+                              f"{len(refs)}")
+    result = CheckResult(reference.expr, rtol, atol)
+    for i, o, r in zip(kernel.out_idx, outs, refs):
+        result.outputs.append(compare(params[i].name, o, r, rtol, atol))
+    return result
+
+
+def work(kernel: Any, config: dict[str, Any]) -> tuple[float | None, float]:
+    """(FLOPs, bytes) per call: 2*M*N*K when the config has integer M, N, K; bytes of every parameter."""
+    dims = [config.get(k) for k in ("M", "N", "K")]
+    flops = float(2 * dims[0] * dims[1] * dims[2]) if all(isinstance(d, int) for d in dims) else None
+    nbytes = 0.0
+    for p in kernel.params:
+        n = 1
+        for s in p.shape:
+            n *= s
+        nbytes += n * _ITEMSIZE.get(p.dtype, 4)
+    return flops, nbytes
+
+
+def benchmark(kernel: Any, reference: Reference | None, config: dict[str, Any]) -> Timing:
+    """Median latency of kernel and reference on the profiler's inputs."""
+    prof = kernel.get_profiler()
+    inputs = kernel_inputs(kernel)
+    t_kernel = prof.do_bench(inputs=inputs)
+    t_ref = prof.do_bench(reference, inputs=inputs) if reference is not None else None
+    flops, nbytes = work(kernel, config)
+    return Timing(t_kernel, t_ref, flops, nbytes)

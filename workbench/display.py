@@ -1,0 +1,58 @@
+"""Choosing and emitting the summary display: widgets in a Jupyter kernel, text elsewhere.
+
+Why this module exists: widgets only render where a Jupyter frontend is attached (an ipykernel shell), and even
+there a saved notebook viewed statically has only the ``text/plain`` of an output. So the summary is emitted as
+one output whose bundle holds the widget view *and* the plain-text summary; in terminal IPython (no kernel) the
+text alone is shown. ``WORKBENCH_WIDGETS=0`` / ``1`` forces the choice.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def widgets_installed() -> bool:
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def in_kernel() -> bool:
+    """True inside an ipykernel (Jupyter, nbclient), False in terminal IPython or plain Python."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    ip = get_ipython()
+    return ip is not None and getattr(ip, "kernel", None) is not None
+
+
+def use_widgets() -> bool:
+    forced = os.environ.get("WORKBENCH_WIDGETS", "").strip().lower()
+    if forced in ("0", "false", "no", "off"):
+        return False
+    if forced in ("1", "true", "yes", "on"):
+        return widgets_installed()
+    return widgets_installed() and in_kernel()
+
+
+def show(wk: Any) -> None:
+    """Display the summary of ``wk`` (a :class:`~workbench.kernel.WorkbenchKernel`)."""
+    from IPython.display import display
+
+    from .text_views import summary_text
+
+    text = summary_text(wk)
+    if not use_widgets():
+        display({"text/plain": text}, raw=True)
+        return
+    from .summary import SummaryView
+
+    view = SummaryView(wk)
+    bundle = view.widget._repr_mimebundle_() or {}
+    bundle = dict(bundle)
+    bundle["text/plain"] = text
+    display(bundle, raw=True)

@@ -1,0 +1,99 @@
+"""What the views read from a compiled kernel: its IR stages and its generated code, through the public API.
+
+Why this module exists: the IR, Code and Compare views (widgets and plain text) all need the same few facts —
+the list of stages with labels, the text of one stage, a diff, the generated code with its compiler command — from
+``kernel.trace`` and ``kernel.sources``. Keeping those reads here means the views never touch a Trace's internals,
+and a kernel without a trace (loaded from an artifact) still shows what it has.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+CODE_LANGUAGES = {"llvm": "llvm", "asm": "asm", "cuda": "cuda", "ptx": "ptx", "sass": "sass", "tir": "tir"}
+
+
+@dataclass(frozen=True)
+class StageInfo:
+    """One IR stage as the views show it."""
+
+    index: int
+    name: str
+    origin: str
+    seconds: float
+    changed: bool
+    text: str
+
+    @property
+    def label(self) -> str:
+        mark = "" if self.changed else " (unchanged)"
+        return f"{self.index:02d} {self.name} [{self.origin}, {self.seconds * 1e3:.1f} ms]{mark}"
+
+
+@dataclass(frozen=True)
+class CodeInfo:
+    """One piece of generated code with the command that produced it."""
+
+    kind: str
+    label: str
+    text: str
+    command: str
+
+    @property
+    def language(self) -> str:
+        return CODE_LANGUAGES.get(self.kind, "text")
+
+
+def stages(kernel: Any) -> list[StageInfo]:
+    """Every stage of the kernel's compile trace (the program as written first)."""
+    trace = getattr(kernel, "trace", None)
+    if trace is None:
+        program = getattr(kernel, "program", None)
+        text = program.script() if program is not None else ""
+        return [StageInfo(0, "input", "input", 0.0, True, text)]
+    return [StageInfo(s.index, s.name, s.origin, float(s.seconds), bool(s.changed), s.text) for s in trace.stages]
+
+
+def visible_stages(all_stages: list[StageInfo], show_unchanged: bool) -> list[StageInfo]:
+    """The stages a picker offers: by default only those that changed the IR (the input always counts)."""
+    return [s for s in all_stages if show_unchanged or s.changed or s.index == 0]
+
+
+def diff(a: StageInfo, b: StageInfo, a_label: str | None = None, b_label: str | None = None,
+         context: int = 3) -> str:
+    """Unified diff between two stages ('' when equal)."""
+    a_lines = a.text.splitlines(keepends=True)
+    b_lines = b.text.splitlines(keepends=True)
+    return "".join(difflib.unified_diff(a_lines, b_lines, fromfile=a_label or f"{a.index}:{a.name}",
+                                        tofile=b_label or f"{b.index}:{b.name}", n=context))
+
+
+def _command_text(command: Any) -> str:
+    if isinstance(command, (list, tuple)):
+        return " ".join(str(c) for c in command)
+    return str(command or "")
+
+
+def generated_code(kernel: Any) -> list[CodeInfo]:
+    """The kernel's generated code (CPU: LLVM IR, assembly; CUDA: CUDA C, PTX, SASS), labelled."""
+    sources = getattr(kernel, "sources", None)
+    if sources is not None:
+        return [CodeInfo(c.kind, c.label, c.text, _command_text(c.command)) for c in sources.values()]
+    out = []
+    for kind, label in (("llvm", "LLVM IR"), ("asm", "assembly")):
+        try:
+            out.append(CodeInfo(kind, label, kernel.get_kernel_source(kind), ""))
+        except KeyError:
+            continue
+    return out
+
+
+def config_label(config: dict[str, Any], other: dict[str, Any] | None = None) -> str:
+    """``k=v, ...``; given ``other``, only the entries that differ (all when none differ)."""
+    items = list(config.items())
+    if other is not None:
+        missing = object()
+        items = [(k, v) for k, v in items if other.get(k, missing) != v] or items
+    return ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in items)

@@ -1,0 +1,221 @@
+"""The ``%%tilekernel`` cell magic: compile a kernel factory, check it, time it, bind it, show it.
+
+Why this module exists: it is the workbench's front door and the only place that talks to IPython's magic
+machinery. Arguments are declared with ``IPython.core.magic_arguments`` (so ``%tilekernel?`` prints the full help
+and a bad argument raises ``UsageError``); ``{var}`` expansion of the magic line stays on, so papermill parameters
+work. The steps themselves live in small modules: :mod:`.cell` (run the cell), :mod:`.build` (compile, cached),
+:mod:`.check` (reference and timing), :mod:`.kernel` (the bound object), :mod:`.display` (the summary).
+
+A failure raises :class:`~workbench.errors.TileKernelError` — "Run All" and nbclient stop on it — and never leaves
+the magic in a broken state: the next cell works.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from . import cell as cellmod
+from . import options as optmod
+from .build import BuildCache, effective_out_idx, effective_target, jit_decorator
+from .check import Reference, ReferenceCheckError, benchmark, check
+from .errors import check_error, compile_error
+from .kernel import WorkbenchKernel
+
+
+def _injected() -> dict[str, Any]:
+    """What every cell sees besides the user namespace: ``T``, ``tilelang_core`` (alias ``tilelang``), ``torch``."""
+    import torch
+
+    import tilelang_core
+    import tilelang_core.language as T
+
+    return {"T": T, "tilelang_core": tilelang_core, "tilelang": tilelang_core, "torch": torch}
+
+
+def _check_message(wk: WorkbenchKernel) -> str:
+    c = wk.check
+    assert c is not None
+    lines = [f"--ref {c.reference!r} (rtol {c.rtol:g}, atol {c.atol:g}):"]
+    for o in c.outputs:
+        verdict = "ok" if o.mismatched == 0 else f"{o.mismatched} of {o.total} elements out of tolerance"
+        lines.append(f"  output {o.name}: max abs err {o.max_abs:.3e}, max rel err {o.max_rel:.3e} -> {verdict}")
+    return "\n".join(lines)
+
+
+def can_run(kernel: Any) -> bool:
+    """Whether this machine can run the kernel (CUDA kernels compile without a GPU, but do not run)."""
+    if kernel.target.get("kind") != "cuda":
+        return True
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+@magics_class
+class TileKernelMagics(Magics):
+    """Holds the session's compile cache and the last kernel bound under each name."""
+
+    def __init__(self, shell: Any = None, **kwargs: Any):
+        super().__init__(shell, **kwargs)
+        self.cache = BuildCache()
+        self.history: dict[str, WorkbenchKernel] = {}
+
+    @magic_arguments()
+    @argument("name", help="the name to bind the kernel to in the notebook (also the factory the cell defines, "
+                           "when the cell defines more than one function)")
+    @argument("--shapes", "-s", default=None, metavar="K=V,...",
+              help="factory arguments, e.g. M=512,N=512,K=512 (any factory parameter; values are Python literals)")
+    @argument("--dtype", default=None, help="passed as the factory's `dtype` argument (the factory must have one)")
+    @argument("--ref", "-r", default=None, metavar="EXPR",
+              help='reference expression over the input names, evaluated in the notebook namespace, e.g. '
+                   '"torch.relu(A @ B)"; every output is compared with it')
+    @argument("--target", "-t", default="auto",
+              help="auto (default), cpu (alias llvm) or cuda (compiled only when no GPU is visible)")
+    @argument("--rtol", type=float, default=None,
+              help="relative tolerance (default 1e-4 for float32 outputs, 1e-2 for float16/bfloat16)")
+    @argument("--atol", type=float, default=None, help="absolute tolerance (defaults as for --rtol)")
+    @argument("--out-idx", default=None, metavar="I,...",
+              help="which parameters are outputs (default: what @tilelang.jit says, else -1: the last)")
+    @argument("--no-bench", action="store_true", help="skip timing kernel and reference")
+    @argument("-f", "--force", action="store_true", help="recompile even if this cell was compiled before")
+    @argument("-q", "--quiet", action="store_true", help="bind the kernel but display nothing")
+    @cell_magic
+    def tilekernel(self, line: str, cell: str) -> None:
+        """Compile the kernel factory defined in this cell, check it against a reference, time it, and bind it.
+
+        The cell defines a factory (a function taking sizes and tile options and returning a ``@T.prim_func``),
+        a ``@tilelang.jit`` factory, or a ``@T.prim_func``; ``T``, ``tilelang_core`` (also as ``tilelang``) and
+        ``torch`` are available in it. The factory is called with its defaults and ``--shapes``; random inputs are
+        made from the kernel's signature; ``--ref`` is evaluated with the inputs bound by parameter name. NAME is
+        bound to a workbench kernel: call it like the kernel, read ``NAME.trace`` / ``NAME.sources``, compile
+        ``NAME.variant(block_M=128)``, ``NAME.export("my_kernels/name.py")``.
+
+        Re-running an unchanged cell reuses the compiled kernel ("cached"); a change to the cell, its arguments,
+        the variables it reads, or the library versions recompiles. A compile error or a failed check raises.
+
+        Example::
+
+            %%tilekernel matmul_relu --shapes M=512,N=512,K=512 --ref "torch.relu(A @ B)"
+            def matmul_relu(M, N, K, block_M=64, block_N=64, block_K=32):
+                @T.prim_func
+                def main(A: T.Tensor((M, K), "float32"), ...):
+                    ...
+                return main
+        """
+        args = parse_argstring(self.tilekernel, line)
+        opts = optmod.parse(args)
+        opts.line = line
+        if not cell.strip():
+            raise UsageError(f"%%tilekernel {opts.name}: the cell is empty; define the kernel factory in it")
+        wk = self.run(opts, cell)
+        failed = wk.check is not None and not wk.check.passed
+        if not opts.quiet:
+            from IPython.display import display
+
+            display(wk)
+        if failed:
+            raise check_error(_check_message(wk), wk.name,
+                              hint=f"the kernel is bound to {wk.name} anyway: inspect {wk.name}.trace, or call "
+                                   f"{wk.name}(...) on your own inputs")
+
+    @line_magic("tilekernel")
+    def tilekernel_line(self, line: str) -> None:
+        """``%%tilekernel`` is a cell magic; the line form only explains that (``%tilekernel?`` shows the help)."""
+        raise UsageError("%%tilekernel is a cell magic: put `%%tilekernel NAME [options]` on the first line of a cell "
+                         "that defines the kernel factory (%%tilekernel? shows the options)")
+
+    tilekernel_line.__doc__ = tilekernel.__doc__
+
+    # -- the steps -------------------------------------------------------------------------------------------
+    def run(self, opts: optmod.Options, text: str) -> WorkbenchKernel:
+        """Run the cell, compile, check and time; bind and return the workbench kernel (raises on failure)."""
+        ns = self.shell.user_ns
+        cell = cellmod.CellSource.register(opts.name, text)
+        injected = _injected()
+        try:
+            program = cellmod.run(cell, ns, injected)
+        except Exception as e:  # noqa: BLE001 - whatever the user's cell raised becomes one diagnostic
+            raise compile_error(e, cell, opts.name) from e
+        if program.kind == cellmod.PRIM_FUNC:
+            if opts.shapes or opts.dtype:
+                raise UsageError("--shapes/--dtype: the cell defines a @T.prim_func with fixed shapes; define a "
+                                 "factory function to pass arguments")
+            kwargs: dict[str, Any] = {}
+        else:
+            kwargs = optmod.factory_kwargs(program.function, opts)
+        out_idx = effective_out_idx(program, opts.out_idx)
+        target = effective_target(program, opts.target)
+        self._check_target(target)
+        try:
+            build = self.cache.build(program, cell.text, kwargs, out_idx, target, opts.name, force=opts.force)
+        except ValueError as e:
+            if str(e).startswith("out_idx"):
+                raise UsageError(f"--out-idx: {e}") from None
+            raise compile_error(e, cell, opts.name) from e
+        except Exception as e:  # noqa: BLE001
+            raise compile_error(e, cell, opts.name) from e
+        prev = self.history.get(opts.name)
+        wk = WorkbenchKernel(cell=cell, program=program, options=opts, kwargs=kwargs, out_idx=out_idx,
+                             target=target, build=build, cache=self.cache,
+                             previous=self._previous(prev, build.key))
+        self._check_and_time(wk, prev, ns, injected)
+        self._bind(wk)
+        return wk
+
+    @staticmethod
+    def _previous(prev: WorkbenchKernel | None, key: str) -> WorkbenchKernel | None:
+        """The last *different* build under this name (a re-run of the same cell keeps the older one)."""
+        if prev is None:
+            return None
+        return prev.previous if prev.build.key == key else prev
+
+    @staticmethod
+    def _check_target(target: Any) -> None:
+        from tilelang_core import TileLangError
+
+        try:
+            jit_decorator()(target=target)
+        except (TileLangError, ValueError, TypeError) as e:
+            raise UsageError(f"--target: {e}") from None
+
+    def _check_and_time(self, wk: WorkbenchKernel, prev: WorkbenchKernel | None, ns: dict[str, Any],
+                        injected: dict[str, Any]) -> None:
+        opts = wk.options
+        if not can_run(wk.kernel):
+            wk.not_run = "no CUDA GPU here: compiled only (the IR and Code tabs show the result)"
+            return
+        reference = None
+        if opts.ref is not None:
+            names = [wk.params[i].name for i in wk.kernel.in_idx]
+            reference = Reference(opts.ref, names, {**ns, "torch": injected["torch"]})
+            try:
+                wk.check = check(wk.kernel, reference, opts.rtol, opts.atol)
+            except ReferenceCheckError as e:
+                self._bind(wk)  # keep the kernel reachable for inspection
+                raise check_error(str(e), wk.name, cause=e.__cause__ or e,
+                                  hint=f"inputs are bound by parameter name: {', '.join(names)}") from None
+            except Exception as e:  # noqa: BLE001 - the kernel itself failed to run
+                self._bind(wk)
+                raise check_error(f"{type(e).__name__}: {e}", wk.name, cause=e,
+                                  headline=f"{wk.name}: the kernel failed to run") from None
+        if not opts.bench or (wk.check is not None and not wk.check.passed):
+            return
+        reuse = (prev is not None and prev.timing is not None and wk.build.status == "cached"
+                 and prev.build.key == wk.build.key and prev.options.check_key() == opts.check_key())
+        try:
+            wk.timing = prev.timing if reuse else benchmark(wk.kernel, reference, wk.config)
+        except Exception as e:  # noqa: BLE001
+            self._bind(wk)
+            raise check_error(f"{type(e).__name__}: {e}", wk.name, cause=e, hint="--no-bench skips timing",
+                              headline=f"{wk.name}: timing kernel or reference failed") from None
+
+    def _bind(self, wk: WorkbenchKernel) -> None:
+        self.shell.user_ns[wk.name] = wk
+        self.history[wk.name] = wk
+
+
+__all__ = ["TileKernelMagics"]

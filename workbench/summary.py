@@ -1,0 +1,86 @@
+"""The summary widget a ``%%tilekernel`` cell displays: status line, export bar, and the Source/IR/Code/Compare tabs.
+
+Why this module exists: it assembles the panels of :mod:`workbench.views` and :mod:`workbench.compare` under one
+header and wires the two actions that belong to the kernel as a whole — opening a tab (panels fill lazily) and
+exporting the kernel as a standalone module.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import ipywidgets as W
+
+from .compare import CompareView
+from .status import BAD, OK, status_parts
+from .views import CodeView, IRView, Panel, SourceView
+
+TAB_TITLES = ("Source", "IR", "Code", "Compare")
+_TONES = {OK: "#070", BAD: "#b00"}
+
+
+def status_html(wk: Any) -> str:
+    """The status line with pass in green and failure in red."""
+    spans = []
+    for p in status_parts(wk):
+        color = _TONES.get(p.tone)
+        style = f"color:{color}; font-weight:bold;" if color else ""
+        spans.append(f'<span style="{style}">{html.escape(p.text)}</span>')
+    sep = ' <span style="color:#999;">&middot;</span> '
+    return (f'<div style="font-family:monospace; font-size:12px; padding:4px 0;"><b>{html.escape(wk.name)}</b>: '
+            + sep.join(spans) + "</div>")
+
+
+class SummaryView:
+    """The whole summary; ``.widget`` is what gets displayed, the panels are attributes for code and tests."""
+
+    def __init__(self, wk: Any):
+        self.wk = wk
+        self.header = W.HTML(status_html(wk))
+        self.export_path = W.Text(value=f"my_kernels/{wk.name}.py", description="export to",
+                                  layout=W.Layout(width="420px"))
+        self.export_button = W.Button(description="Export", icon="download",
+                                      tooltip="write a standalone Python module holding the compiled kernel")
+        self.export_status = W.HTML()
+        self.export_button.on_click(lambda _b: self.export())
+        self.source = SourceView(wk)
+        self.ir = IRView(wk.kernel)
+        self.code = CodeView(wk.kernel)
+        self.compare = CompareView(wk)
+        self.panels: list[Panel] = [self.source, self.ir, self.code, self.compare]
+        self.tabs = W.Tab(children=[p.widget for p in self.panels], titles=TAB_TITLES)
+        self.tabs.observe(self._tab_changed, names="selected_index")
+        self.widget = W.VBox([self.header, W.HBox([self.export_path, self.export_button, self.export_status]),
+                              self.tabs])
+
+    def _tab_changed(self, change: Any) -> None:
+        index = change["new"]
+        if index is not None and 0 <= index < len(self.panels):
+            self.panels[index].activate()
+
+    def select(self, title: str) -> Panel:
+        """Open a tab by title (as a click would) and return its panel."""
+        index = TAB_TITLES.index(title)
+        self.tabs.selected_index = index
+        self.panels[index].activate()
+        return self.panels[index]
+
+    def export(self) -> Any:
+        """Export to the path in the text box; the result (or the error) shows next to the button."""
+        try:
+            path = self.wk.export(self.export_path.value)
+        except Exception as e:  # noqa: BLE001 - report, do not break the widget
+            self.export_status.value = f'<span style="color:#b00;">{html.escape(f"{type(e).__name__}: {e}")}</span>'
+            return None
+        size = path.stat().st_size / 1024
+        self.export_status.value = (f'<span style="color:#070;">wrote {html.escape(str(path))} ({size:.0f} KiB); '
+                                    f"import it and call .kernel(...)</span>")
+        return path
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        from .text_views import summary_text
+
+        bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
+        bundle["text/plain"] = summary_text(self.wk)
+        return bundle
