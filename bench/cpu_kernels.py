@@ -237,6 +237,8 @@ class Result:
     torch_spread: list[float] = field(default_factory=list)
     max_abs_err: float | None = None
     other_load: float | None = None
+    kernel_min_ms: float | None = None  # fastest single run: the least disturbed by other processes
+    torch_min_ms: float | None = None
     configs: list[ConfigResult] = field(default_factory=list)
     error: str | None = None
 
@@ -314,14 +316,14 @@ def workloads(quick: bool) -> list[Workload]:
 
 
 # -- timing -------------------------------------------------------------------------------------------------
-def timed_rounds(fns: list[Callable[[], Any]], rounds: int, rep_ms: float) -> list[list[float]]:
-    """Time each of ``fns`` in ``rounds`` alternating rounds; returns each one's list of round medians."""
-    meds: list[list[float]] = [[] for _ in fns]
+def timed_rounds(fns: list[Callable[[], Any]], rounds: int, rep_ms: float) -> list[list[Any]]:
+    """Time each of ``fns`` in ``rounds`` alternating rounds; returns each one's list of per-round BenchResults."""
+    out: list[list[Any]] = [[] for _ in fns]
     for r in range(rounds):
         order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
         for i in order:
-            meds[i].append(float(bench(fns[i], warmup=rep_ms / 4, rep=rep_ms, min_runs=5)))
-    return meds
+            out[i].append(bench(fns[i], warmup=rep_ms / 4, rep=rep_ms, min_runs=5))
+    return out
 
 
 def spread(xs: list[float]) -> list[float]:
@@ -370,9 +372,9 @@ def run_workload(w: Workload, rounds: int, rep_ms: float, sweep_rounds: int) -> 
         return res
     # sweep: the kernel alone, a few rounds each, configs interleaved round by round
     if len(kernels) > 1:
-        meds = timed_rounds([lambda k=k: k(*ins, *outs) for _, k in kernels], sweep_rounds, rep_ms / 2)
-        for (cr, _), m in zip(kernels, meds):
-            cr.ms = statistics.median(m)
+        rounds_res = timed_rounds([lambda k=k: k(*ins, *outs) for _, k in kernels], sweep_rounds, rep_ms / 2)
+        for (cr, _), rs in zip(kernels, rounds_res):
+            cr.ms = statistics.median(float(x) for x in rs)
             print(f"  {w.name} [{fmt_cfg(cr.config)}]: {cr.ms:.3f} ms", flush=True)
     best_cr, best_k = min(kernels, key=lambda ck: ck[0].ms if ck[0].ms is not None else 0.0)
     res.best_config = best_cr.config
@@ -381,9 +383,11 @@ def run_workload(w: Workload, rounds: int, rep_ms: float, sweep_rounds: int) -> 
     # headline: kernel vs torch, interleaved
     load = OtherLoad()
     load.start()
-    kmeds, tmeds = timed_rounds([lambda: best_k(*ins, *outs), lambda: w.torch_fn(*ins, *outs)], rounds, rep_ms)
+    kres, tres = timed_rounds([lambda: best_k(*ins, *outs), lambda: w.torch_fn(*ins, *outs)], rounds, rep_ms)
     res.other_load = load.stop()
+    kmeds, tmeds = [float(x) for x in kres], [float(x) for x in tres]
     res.kernel_ms, res.torch_ms = statistics.median(kmeds), statistics.median(tmeds)
+    res.kernel_min_ms, res.torch_min_ms = min(x.min_ms for x in kres), min(x.min_ms for x in tres)
     if best_cr.ms is None:
         best_cr.ms = res.kernel_ms
     res.kernel_spread, res.torch_spread = spread(kmeds), spread(tmeds)
@@ -407,13 +411,15 @@ def main_table(results: list[Result]) -> str:
     rows = []
     for r in results:
         if r.kernel_ms is None:
-            rows.append([r.name, "FAILED", "-", "-", "-", "-", r.error or "", "-"])
+            rows.append([r.name, "FAILED", "-", "-", "-", "-", "-", "-", r.error or "", "-"])
             continue
         assert r.torch_ms is not None and r.ratio is not None and r.rate is not None
+        assert r.kernel_min_ms is not None and r.torch_min_ms is not None
         rows.append([r.name, f"{r.kernel_ms:.3f}", f"{r.torch_ms:.3f}", f"{r.ratio:.2f}", f"{r.rate:.1f} {r.unit}",
+                     f"{r.kernel_min_ms:.3f} / {r.torch_min_ms:.3f}", f"{r.torch_min_ms / r.kernel_min_ms:.2f}",
                      fmt_cfg(r.best_config), r.torch_desc, f"{r.other_load:.2f}"])
-    return table(rows, ["workload", "kernel ms", "torch ms", "ratio (torch/kernel)", "kernel rate", "best config",
-                        "torch op", "other load (cores)"])
+    return table(rows, ["workload", "kernel ms", "torch ms", "ratio", "kernel rate", "min ms kernel / torch",
+                        "ratio of mins", "best config", "torch op", "other load (cores)"])
 
 
 def config_table(results: list[Result]) -> str:
@@ -476,7 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nloadavg at end: {info['loadavg_end']}")
     print("\nBlock configs tried (kernel alone, interleaved sweep):\n")
     print(config_table(results))
-    print("\nKernel vs torch (ratio = torch ms / kernel ms; > 1 means the tilelang_core kernel is faster):\n")
+    print("\nKernel vs torch. ms = median of round medians; ratio = torch ms / kernel ms (> 1: the tilelang_core "
+          "kernel is faster); 'ratio of mins' uses each side's fastest run; 'other load' = cores other processes "
+          "used meanwhile (> ~0.2: treat the row as disturbed):\n")
     print(main_table(results))
     if args.json:
         payload = {"info": info, "results": [r.__dict__ | {"configs": [c.__dict__ for c in r.configs]}

@@ -19,7 +19,7 @@ import tilelang_core.language as T
 
 EPS = 1e-6
 # Good on the 2-core AVX-512 dev machine (see BENCHMARKS.md).
-DEFAULT_BLOCK_M = 2
+DEFAULT_BLOCK_M = 8
 
 
 @tilelang.jit(out_idx=[-1])

@@ -5,14 +5,16 @@
 #   bash scripts/test.sh -k cache -x      # arguments are passed on to pytest
 #
 # The kernel cache starts cold: TILELANG_CORE_CACHE_DIR is pointed at a fresh temporary folder (removed at the
-# end) unless it is already set. The notebook extras are installed too: the workbench and notebook tests need them.
+# end) unless it is already set. The notebook and browser extras are installed too: the workbench, notebook and
+# real-browser tests need them (the browser test also needs Debian's chromium, which .ci/run installs; elsewhere,
+# without it, that test is skipped).
 # pytest's exit code 5 ("no tests collected") counts as success; every other failure is passed on.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-bash "$ROOT/scripts/setup-env.sh" --notebook
+bash "$ROOT/scripts/setup-env.sh" --notebook --browser
 
 # shellcheck disable=SC1091
 . "$ROOT/.venv/bin/activate"

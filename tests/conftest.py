@@ -17,10 +17,12 @@ TESTS_DIR = Path(__file__).resolve().parent
 
 @pytest.fixture(scope="session", autouse=True)
 def isolated_kernel_cache(tmp_path_factory: pytest.TempPathFactory):
-    """Point the disk cache at a fresh directory before anything is compiled, so tests never touch the user's."""
+    """Point the disk cache (and the tuning database) at a fresh directory before anything is compiled, so tests never
+    touch the user's."""
     cache_root = tmp_path_factory.mktemp("tilelang_core_cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TILELANG_CORE_CACHE_DIR", str(cache_root))
+        mp.setenv("TILELANG_CORE_TUNING_DB", str(cache_root / "tuning.sqlite3"))  # never the user's tuning database
         mp.delenv("TILELANG_CORE_DISABLE_CACHE", raising=False)
         yield cache_root
 

@@ -15,6 +15,8 @@ _LAZY = {
     "Profiler": ("tilelang_core.profiler", "Profiler"),
     "language": ("tilelang_core.language", None),
     "trace": ("tilelang_core.trace", None),  # a package you can also call: tilelang_core.trace(kernel)
+    "autotune": ("tilelang_core.autotune", None),  # likewise: @tilelang_core.autotune(configs=...)
+    "machine": ("tilelang_core.machine", None),
 }
 
 from .errors import (  # noqa: E402  (light)

@@ -9,7 +9,9 @@ works in a fresh process that has only ``torch`` and ``apache-tvm-ffi`` — not 
 One file rather than a folder: it can be copied, committed or attached as it is, and cannot lose its library.
 The library is written out to a content-addressed cache on first use (``runtime.exported.materialize``). The CPU
 library is self-contained for ``apache-tvm-ffi`` (it links the OpenMP shim for TVM's parallel-launch hooks), so
-``tvm_ffi.load_module(path)["main"](...)`` is all the loader needs. CUDA export is not part of this release.
+``tvm_ffi.load_module(path)["main"](...)`` is all the loader needs. A CUDA kernel embeds its cubin and launch
+description (kernel symbol, grid, block, dynamic shared memory, argument order) and launches through the CUDA
+driver bindings (``cuda-bindings``); exporting one needs no GPU, loading checks the GPU's architecture.
 """
 
 from __future__ import annotations
@@ -99,13 +101,15 @@ def build_meta(kernel: Any, name: str, reference: str | None, library_sha256: st
         "name": name,
         "entry": art.entry,
         "target": _jsonable(dict(art.target)),
-        "cpu_flags": _loader.isa_flags(),
+        "cpu_flags": _loader.isa_flags() if art.target.get("kind") != "cuda" else [],
         "params": [{"name": p.name, "shape": list(p.shape), "dtype": p.dtype} for p in kernel.params],
         "out_idx": list(kernel.out_idx),
         "config": _jsonable(dict(kernel.config)),
         "reference": reference,
         "tolerance": tol,
         "library_sha256": library_sha256,
+        **({"cuda": _jsonable({k: v for k, v in art.extra["cuda"].items() if k != "cubin"})}
+           if art.target.get("kind") == "cuda" else {}),
         "versions": _versions(),
         "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
@@ -119,14 +123,20 @@ def _docstring(meta: dict[str, Any], module: str) -> str:
     cfg = ", ".join(f"{k}={v}" for k, v in meta["config"].items())
     in_names = ", ".join(p["name"].lower() for i, p in enumerate(params) if i not in outs)
     tgt = meta["target"]
+    if tgt.get("kind") == "cuda":
+        target_line = f"cuda arch={tgt.get('arch')} (needs torch and cuda-bindings, and a GPU of that architecture)"
+        needs = "torch and cuda-bindings"
+    else:
+        target_line = f"{tgt.get('kind')} mtriple={tgt.get('mtriple')} mcpu={tgt.get('mcpu')}"
+        needs = "torch and apache-tvm-ffi"
     body = textwrap.dedent(f'''\
         Kernel {meta["name"]}({cfg}), exported by tilelang_core {meta["versions"]["tilelang_core"]}.
 
-        target:  {tgt.get("kind")} mtriple={tgt.get("mtriple")} mcpu={tgt.get("mcpu")}
+        target:  {target_line}
         inputs:  {ins}
         outputs: {outputs or "none (the kernel writes its arguments)"}
 
-        Usage (needs torch and apache-tvm-ffi; not apache-tvm, not tilelang_core)::
+        Usage (needs {needs}; not apache-tvm, not tilelang_core)::
 
             import {module}
             out = {module}.kernel({in_names})
@@ -165,8 +175,8 @@ def export_kernel(kernel: Any, path: str | Path, *, source: str | None = None, r
     ``reference`` an optional torch expression over the input names, used by the module's self-test.
     """
     target = getattr(kernel, "target", {}) or {}
-    if target.get("kind") != "llvm":
-        raise NotImplementedError(f"export: only CPU kernels can be exported in this release (target {target})")
+    if target.get("kind") not in ("llvm", "cuda"):
+        raise ValueError(f"export: expected a kernel compiled for the CPU (llvm) or CUDA, got target {target}")
     name = name or getattr(kernel, "name", None) or "kernel"
     out = module_path(path, name)
     if source is None:

@@ -72,6 +72,32 @@ def bench(fn: Callable[[], Any], warmup: float = 25.0, rep: float = 100.0, min_r
     return BenchResult(samples)
 
 
+def bench_cuda(fn: Callable[[], Any], warmup: float = 25.0, rep: float = 100.0, min_runs: int = 10,
+               max_runs: int = 10_000) -> BenchResult:
+    """Time ``fn`` on the GPU with CUDA events (one pair per run, after warm-up); budgets in ms as in :func:`bench`."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    first = max(start.elapsed_time(end) / 5, 1e-4)
+    for _ in range(max(1, int(warmup / first))):
+        fn()
+    n = max(min_runs, min(max_runs, int(rep / first)))
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+    for a, b in events:
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    return BenchResult([a.elapsed_time(b) for a, b in events])
+
+
 class Profiler:
     """Checks and times one compiled kernel (``kernel.get_profiler()``)."""
 
@@ -81,6 +107,8 @@ class Profiler:
         self.kernel = kernel
         self.seed = seed
         self._inputs: list[Any] | None = None
+        target = getattr(kernel, "target", None) or {}
+        self.device = "cuda" if target.get("kind") == "cuda" else "cpu"  # where inputs live and how to time
 
     def _gen(self) -> Any:
         import torch
@@ -93,7 +121,8 @@ class Profiler:
     def make_inputs(self) -> list[Any]:
         """Fresh random tensors for the kernel's inputs."""
         g = self._gen()
-        return [random_tensor(self.kernel.params[i].shape, self.kernel.params[i].dtype, g) for i in self.kernel.in_idx]
+        return [random_tensor(self.kernel.params[i].shape, self.kernel.params[i].dtype, g, self.device)
+                for i in self.kernel.in_idx]
 
     def inputs(self) -> list[Any]:
         if self._inputs is None:
@@ -149,4 +178,5 @@ class Profiler:
         """Median latency (ms) of the kernel, or of ``func`` on the same inputs (e.g. a torch reference)."""
         ins = inputs if inputs is not None else self.inputs()
         f = func if func is not None else self.kernel
-        return bench(lambda: f(*ins), warmup=warmup, rep=rep)
+        timer = bench_cuda if self.device == "cuda" else bench
+        return timer(lambda: f(*ins), warmup=warmup, rep=rep)

@@ -10,25 +10,16 @@ notebook stays responsive; the text box only fires on Enter (``continuous_update
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 import ipywidgets as W
 
 from . import ir
 from .highlight import code_html, message_html
+from .jobs import compile_executor as executor  # one background compile thread, shared with the tuning panel
 from .options import parse_assignments
 from .views import HALF, Panel, pane_title
-
-_EXECUTOR: ThreadPoolExecutor | None = None
-
-
-def executor() -> ThreadPoolExecutor:
-    """One background compile worker per process (TVM builds are not worth running in parallel on 2 cores)."""
-    global _EXECUTOR
-    if _EXECUTOR is None:
-        _EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="workbench-compile")
-    return _EXECUTOR
 
 
 class CompareView(Panel):

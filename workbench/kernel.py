@@ -40,6 +40,7 @@ class WorkbenchKernel:
         self.previous = previous
         self.variants: dict[str, WorkbenchKernel] = {}
         self.not_run: str | None = None  # why the kernel was compiled but not run (e.g. no GPU here)
+        self.last_panel: Any = None  # the tuning panel opened last (NAME.panel(), --panel)
         self._cache = cache
 
     # -- the kernel ------------------------------------------------------------------------------------------
@@ -103,18 +104,41 @@ class WorkbenchKernel:
         if unknown:
             raise ValueError(f"{self.name}: the factory has no parameter(s) {', '.join(unknown)}; it takes "
                              f"{', '.join(params)}")
-        kwargs = {**self.kwargs, **overrides}
         label = config_label(overrides)
         if label in self.variants:
             return self.variants[label]
-        build = self._cache.build(self.program, self.cell.text, kwargs, self.out_idx, self.target_request,
-                                  self.name)
+        kwargs = {**self.kwargs, **overrides}
+        build = self.build_config(**overrides)
         shapes = {**self.options.shapes, **overrides}
         other = WorkbenchKernel(cell=self.cell, program=self.program, options=replace(self.options, shapes=shapes),
                                 kwargs=kwargs, out_idx=self.out_idx, target=self.target_request, build=build,
                                 cache=self._cache)
         self.variants[label] = other
         return other
+
+    def build_config(self, **overrides: Any) -> BuildResult:
+        """Compile the cell's factory with some arguments changed, through the session cache (no checks, no
+        bookkeeping: the tuning panel's compile step)."""
+        if self.program.kind == PRIM_FUNC:
+            raise ValueError(f"{self.name}: the cell defines a @T.prim_func with fixed shapes; write a factory to "
+                             "compile other configurations")
+        return self._cache.build(self.program, self.cell.text, {**self.kwargs, **overrides}, self.out_idx,
+                                 self.target_request, self.name)
+
+    def panel(self, tune: Any = None, **axes: Any) -> Any:
+        """The tuning panel: sliders over the tunable arguments that recompile, check and time live, with plots of
+        throughput, error and the roofline, and a Sweep button (see :mod:`workbench.panel`).
+
+        ``tune`` overrides the offered values as text (``"block_M=32,64,128 num_stages=1:4"``); keyword axes do the
+        same as lists (``block_M=[32, 64, 128]``).
+        """
+        from .panel import TuningPanel
+        from .tunables import parse_tune
+
+        space = parse_tune(tune) if tune else {}
+        space.update({k: list(v) for k, v in axes.items()})
+        self.last_panel = TuningPanel(self, space)
+        return self.last_panel
 
     def compare(self, other: Any, stage: str | int = "input", context: int = 3) -> str:
         """Unified diff of one stage between this kernel and ``other`` (a kernel, or overrides as a dict)."""

@@ -83,6 +83,12 @@ class TileKernelMagics(Magics):
     @argument("--no-bench", action="store_true", help="skip timing kernel and reference")
     @argument("-f", "--force", action="store_true", help="recompile even if this cell was compiled before")
     @argument("-q", "--quiet", action="store_true", help="bind the kernel but display nothing")
+    @argument("--panel", action="store_true",
+              help="show the tuning panel (sliders over tile sizes, stages, threads that recompile and re-measure "
+                   "live; plots; sweeps) instead of the summary; NAME.panel() shows it later")
+    @argument("--tune", nargs="+", default=None, metavar="NAME=VALUES",
+              help="the panel's knobs and their values, e.g. --tune block_M=32,64,128 num_stages=1:4 (lists, or "
+                   "inclusive lo:hi ranges); implies --panel")
     @cell_magic
     def tilekernel(self, line: str, cell: str) -> None:
         """Compile the kernel factory defined in this cell, check it against a reference, time it, and bind it.
@@ -116,7 +122,10 @@ class TileKernelMagics(Magics):
         if not opts.quiet:
             from IPython.display import display
 
-            display(wk)
+            if opts.panel and not failed:
+                display(self._panel(wk))
+            else:
+                display(wk)
         if failed:
             raise check_error(_check_message(wk), wk.name,
                               hint=f"the kernel is bound to {wk.name} anyway: inspect {wk.name}.trace, or call "
@@ -212,6 +221,14 @@ class TileKernelMagics(Magics):
             self._bind(wk)
             raise check_error(f"{type(e).__name__}: {e}", wk.name, cause=e, hint="--no-bench skips timing",
                               headline=f"{wk.name}: timing kernel or reference failed") from None
+
+    @staticmethod
+    def _panel(wk: WorkbenchKernel) -> Any:
+        """The tuning panel for ``--panel`` / ``--tune`` (a usage error when there is nothing to tune)."""
+        try:
+            return wk.panel(**wk.options.tune)
+        except ValueError as e:
+            raise UsageError(f"--panel: {e}") from None
 
     def _bind(self, wk: WorkbenchKernel) -> None:
         self.shell.user_ns[wk.name] = wk

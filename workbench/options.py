@@ -35,6 +35,8 @@ class Options:
     bench: bool = True
     force: bool = False
     quiet: bool = False
+    panel: bool = False  # show the tuning panel instead of the summary
+    tune: dict[str, list[Any]] = field(default_factory=dict)  # --tune axes for the panel
     line: str = ""  # the %%tilekernel line as given (after {var} expansion)
 
     def check_key(self) -> tuple[Any, ...]:
@@ -117,7 +119,18 @@ def parse(args: Any) -> Options:
     return Options(
         name=name, shapes=parse_assignments(args.shapes, "--shapes"), dtype=args.dtype,
         ref=parse_reference(args.ref), target=target, rtol=args.rtol, atol=args.atol,
-        out_idx=parse_out_idx(args.out_idx), bench=not args.no_bench, force=args.force, quiet=args.quiet)
+        out_idx=parse_out_idx(args.out_idx), bench=not args.no_bench, force=args.force, quiet=args.quiet,
+        panel=bool(getattr(args, "panel", False) or getattr(args, "tune", None)), tune=parse_tune_axes(args))
+
+
+def parse_tune_axes(args: Any) -> dict[str, list[Any]]:
+    """``--tune block_M=32,64,128 num_stages=1:4`` -> axes (tokens may also come as one quoted string)."""
+    tokens = getattr(args, "tune", None)
+    if not tokens:
+        return {}
+    from .tunables import parse_tune
+
+    return parse_tune([unquote(t) or "" for t in tokens])
 
 
 def factory_kwargs(function: Any, opts: Options) -> dict[str, Any]:

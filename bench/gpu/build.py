@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -50,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and not any(s in entry.name for s in args.only):
             continue
         t0 = time.perf_counter()
+        saved = {k: os.environ.get(k) for k in entry.env}
+        os.environ.update(entry.env)
         try:
             factory = load_factory(entry)
             func = factory.get_program(*entry.args, **entry.kwargs)
@@ -67,10 +70,17 @@ def main(argv: list[str] | None = None) -> int:
             rec["ptxas"] = regs[-1].strip() if regs else ""
             by_name[entry.name] = rec
             print(f"built {entry.name:42s} {time.perf_counter() - t0:5.2f}s grid={art.extra['cuda']['grid']} "
+                  f"{'cluster ' if '__cluster_dims__' in (d / art.sources['cuda']).read_text() else ''}"
                   f"block={art.extra['cuda']['block'][0]} smem={art.extra['cuda']['dyn_smem']} {rec['ptxas']}")
         except Exception as e:  # noqa: BLE001 - report every failure, keep building the rest
             failures += 1
             print(f"FAILED {entry.name}: {type(e).__name__}: {str(e)[:2000]}")
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
     manifest["arch"] = args.arch
     manifest["entries"] = list(by_name.values())
     manifest_path.write_text(json.dumps(manifest, indent=1))

@@ -35,6 +35,7 @@ class Entry:
     flops: float = 0.0
     bytes: float = 0.0
     check: bool = True
+    env: dict[str, str] = field(default_factory=dict)  # environment while building (compiler switches)
 
 
 def _gemm_bench(M: int, N: int, K: int, bm: int, bn: int, bk: int, stages: int, threads: int,
@@ -53,6 +54,8 @@ def entries() -> list[Entry]:
         E("quickstart_f32_ragged", "examples.gemm", "matmul_relu", (300, 200, 130, 64, 64, 32), {}, "matmul_relu"),
         E("quickstart_f16_1024", "examples.gemm", "matmul_relu", (1024, 1024, 1024, 128, 128, 32),
           {"dtype": "float16"}, "matmul_relu", rtol=2e-2, atol=2e-2),
+        E("quickstart_f16_unfused", "examples.gemm", "matmul_relu", (1024, 1024, 1024, 128, 128, 32),
+          {"dtype": "float16"}, "matmul_relu", rtol=2e-2, atol=2e-2, env={"TILELANG_CORE_CUDA_FUSED_GEMM": "0"}),
         E("quickstart_f16_ragged", "examples.gemm", "matmul_relu", (300, 200, 136, 128, 128, 32),
           {"dtype": "float16"}, "matmul_relu", rtol=2e-2, atol=2e-2),
         E("gemm_f16_ragged_k", "examples.gemm", "matmul", (257, 130, 100, 64, 64, 32),
@@ -130,20 +133,37 @@ def entries() -> list[Entry]:
           atol=0),
         E("t_online_softmax", "test_reductions", "online_softmax", (100, 256, 4, 64), {}, "softmax", rtol=1e-5,
           atol=1e-6),
+        # -- later kernels (flash attention, W4A16 dequantised GEMM): correctness on the GPU path ------------
+        E("flash_attn_f32", "examples.flash_attention", "flash_attention", (2, 2, 256, 64), {}, "attention",
+          rtol=1e-4, atol=1e-4),
+        E("flash_attn_f16_pipelined", "examples.flash_attention", "flash_attention", (2, 2, 256, 64),
+          {"dtype": "float16", "num_stages": 2}, "attention", rtol=2e-2, atol=2e-2),
+        E("flash_attn_f16_causal_ragged", "examples.flash_attention", "flash_attention", (1, 2, 250, 64, True),
+          {"dtype": "float16", "num_stages": 2}, "attention", {"is_causal": True}, rtol=2e-2, atol=2e-2),
+        E("dequant_gemm_f32", "examples.dequant_gemm", "dequant_gemm", (16, 256, 512), {}, "dequant_gemm",
+          rtol=1e-4, atol=1e-3, inputs={"B": ["randint", 0, 256], "Scale": ["rand", 0.01, 0.11]}),
+        E("dequant_gemm_f16_groups", "examples.dequant_gemm", "dequant_gemm", (32, 256, 512, 128),
+          {"dtype": "float16"}, "dequant_gemm", rtol=2e-2, atol=2e-2,
+          inputs={"B": ["randint", 0, 256], "Scale": ["rand", 0.01, 0.11]}),
     ]
     # -- benchmarks (checked too) ----------------------------------------------------------------------------
-    big = [(128, 128, 32, 4, 128), (128, 128, 64, 3, 128), (128, 128, 64, 4, 128), (128, 256, 64, 3, 256),
-           (256, 128, 64, 3, 256), (128, 256, 32, 4, 256)]
+    big = [(128, 128, 32, 4, 128), (128, 128, 32, 3, 128), (128, 128, 32, 5, 128), (128, 256, 32, 3, 256),
+           (128, 256, 32, 4, 256), (256, 128, 32, 4, 256), (64, 128, 32, 4, 128), (128, 128, 64, 3, 128)]
     configs = {
         (4096, 4096, 4096): big,
         (8192, 8192, 8192): big,
         (16, 8192, 8192): [(16, 64, 128, 4, 128), (16, 32, 256, 4, 128), (16, 64, 256, 3, 128)],
         (128, 8192, 28672): [(128, 128, 32, 4, 128), (64, 128, 64, 4, 128), (128, 64, 64, 4, 128),
-                             (128, 128, 64, 4, 128)],
+                             (128, 64, 32, 4, 128), (64, 128, 32, 4, 128)],
     }
     for (M, N, K), cfgs in configs.items():
         for bm, bn, bk, st, th in cfgs:
             out.append(_gemm_bench(M, N, K, bm, bn, bk, st, th, f"{bm}x{bn}x{bk}s{st}t{th}"))
+    # the same best config without the fused mainloop (barrier not overlapped), to measure what it buys
+    for M, N, K in ((4096, 4096, 4096), (8192, 8192, 8192)):
+        e = _gemm_bench(M, N, K, 128, 128, 32, 4, 128, "128x128x32s4t128_unfused")
+        e.env = {"TILELANG_CORE_CUDA_FUSED_GEMM": "0"}
+        out.append(e)
     # the test-suite's matmul with T.use_swizzle(panel_size=4) (block rasterisation), 3 stages, 128 threads
     for M, N, K in ((4096, 4096, 4096), (8192, 8192, 8192)):
         for bk in (32, 64):
@@ -167,6 +187,114 @@ def entries() -> list[Entry]:
                      bytes=2.0 * M * N * 4))
     out.append(E("launch_tiny", "test_elementwise", "add_1d", (128, 128), {}, "add", rtol=0, atol=0,
                  bench="launch"))
+    out += issue7_entries()
+    return out
+
+
+DQ_INPUTS = {"B": ["randint", 0, 256], "Scale": ["rand", 0.01, 0.11]}
+
+
+def issue7_entries() -> list[Entry]:
+    """Issue 7's GPU workloads: flash attention, W4A16 dequantised GEMM and GEMV, each checked (ragged shapes
+    included) and timed at the issue's shapes in several configurations (the run keeps the best per shape)."""
+    E = Entry
+    out: list[Entry] = []
+    # -- flash attention (examples/flash_attention.py, fp16, [batch, seq, heads, dim]) ---------------------------
+    fa = "examples.flash_attention"
+    for B, H, S, D in ((1, 4, 1000, 128), (2, 4, 1000, 64), (1, 2, 300, 128)):  # ragged sequence lengths
+        for causal in (False, True):
+            for bm, bn, th in ((128, 64, 256), (128, 128, 256), (64, 64, 128)):
+                out.append(E(f"fa_f16_{B}x{H}x{S}x{D}{'_causal' if causal else ''}_{bm}x{bn}t{th}", fa,
+                             "flash_attention", (B, H, S, D, causal),
+                             {"block_M": bm, "block_N": bn, "num_stages": 2, "threads": th, "dtype": "float16"},
+                             "attention", {"is_causal": causal}, rtol=2e-2, atol=2e-2))
+    # 8 warps x 16 rows (MT = 1) and 4 warps x 32 rows (MT = 2: half the shared-memory B traffic per mma.sync)
+    fa_cfgs = [(128, 64, 2, 256), (128, 128, 2, 256), (64, 64, 2, 128), (128, 64, 3, 256), (128, 64, 2, 128),
+               (128, 64, 3, 128)]
+    fa_cfgs_d64 = [(128, 64, 2, 256), (128, 128, 2, 256), (128, 64, 3, 256), (256, 64, 2, 256), (128, 64, 2, 128),
+                   (128, 128, 2, 128)]
+    for B, H, S, D, causal in ((8, 16, 4096, 128, False), (8, 16, 4096, 128, True), (8, 32, 2048, 64, False)):
+        fl = 4.0 * B * H * S * S * D / (2 if causal else 1)
+        for bm, bn, st, th in (fa_cfgs if D == 128 else fa_cfgs_d64):
+            out.append(E(f"fa_f16_{B}x{H}x{S}x{D}{'_causal' if causal else ''}_{bm}x{bn}s{st}t{th}", fa,
+                         "flash_attention", (B, H, S, D, causal),
+                         {"block_M": bm, "block_N": bn, "num_stages": st, "threads": th, "dtype": "float16"},
+                         "attention", {"is_causal": causal}, rtol=2e-2, atol=2e-2, bench="attention", flops=fl,
+                         bytes=4.0 * B * H * S * D * 2))
+    # -- W4A16 dequantised GEMM (examples/dequant_gemm.py, fp16 activations, int4 weights) -----------------------
+    dq = "examples.dequant_gemm"
+    for M, N, K, gs, cfg in ((5, 1000, 1024, -1, (16, 64, 128, 3, 128)), (16, 512, 1024, 128, (16, 64, 256, 3, 128)),
+                             (100, 200, 384, -1, (64, 64, 128, 2, 128))):  # ragged M and N; K=384: 3 tiles
+        bm, bn, bk, st, th = cfg
+        out.append(E(f"dq_f16_{M}x{N}x{K}_g{gs}", dq, "dequant_gemm", (M, N, K, gs),
+                     {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st, "threads": th,
+                      "dtype": "float16"}, "dequant_gemm", rtol=2e-2, atol=2e-2, inputs=DQ_INPUTS))
+    dq_cfgs = {
+        (16, 8192, 8192): [(16, 64, 256, 4, 128), (16, 64, 128, 6, 128), (16, 32, 256, 4, 128),
+                           (16, 64, 256, 4, 256), (16, 64, 512, 3, 128), (16, 64, 256, 8, 128),
+                           (16, 64, 512, 5, 128), (16, 64, 128, 12, 128), (16, 64, 256, 8, 256),
+                           (16, 32, 256, 8, 128)],
+        (128, 8192, 28672): [(128, 64, 128, 4, 256), (64, 64, 128, 4, 128), (64, 128, 128, 4, 256),
+                             (32, 64, 256, 4, 128)],
+    }
+    for (M, N, K), cfgs in dq_cfgs.items():
+        for gs in ((-1, 128) if M == 16 else (-1,)):
+            for bm, bn, bk, st, th in cfgs:
+                out.append(E(f"dq_f16_{M}x{N}x{K}_g{gs}_{bm}x{bn}x{bk}s{st}t{th}", dq, "dequant_gemm",
+                             (M, N, K, gs), {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st,
+                                             "threads": th, "dtype": "float16"}, "dequant_gemm", rtol=2e-2,
+                             atol=2e-2, inputs=DQ_INPUTS, bench="dequant", flops=2.0 * M * N * K,
+                             bytes=N * K / 2 + 2.0 * (M * K + M * N)))
+        if M == 16:  # measurement variants (not checked): one accumulator chain per tile, no compute, no mma
+            for (bm, bn, bk, st, th), env, tag in (
+                    ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_SETS": "1"}, "sets1"),
+                    ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_MODE": "1"}, "mode1"),
+                    ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_MODE": "2"}, "mode2"),
+                    ((16, 64, 256, 8, 128), {"TILELANG_CORE_CUDA_DQ4_MODE": "1"}, "mode1"),
+                    ((16, 64, 256, 8, 128), {"TILELANG_CORE_CUDA_DQ4_MODE": "2"}, "mode2")):
+                out.append(E(f"dq_f16_{M}x{N}x{K}_g-1_{bm}x{bn}x{bk}s{st}t{th}_{tag}", dq, "dequant_gemm",
+                             (M, N, K, -1), {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st,
+                                             "threads": th, "dtype": "float16"}, "dequant_gemm", rtol=2e-2,
+                             atol=2e-2, inputs=DQ_INPUTS, bench="dequant", flops=2.0 * M * N * K,
+                             bytes=N * K / 2 + 2.0 * (M * K + M * N), env=env, check=tag == "sets1"))
+        # the same program without tl.FuseDequantGemmCUDA: unpacking through shared memory (what it buys)
+        bm, bn, bk, st, th = cfgs[0]
+        out.append(E(f"dq_f16_{M}x{N}x{K}_g-1_{bm}x{bn}x{bk}s{st}t{th}_unfused", dq, "dequant_gemm",
+                     (M, N, K, -1), {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": min(st, 3),
+                                     "threads": th, "dtype": "float16"}, "dequant_gemm", rtol=2e-2, atol=2e-2,
+                     inputs=DQ_INPUTS, bench="dequant", flops=2.0 * M * N * K,
+                     bytes=N * K / 2 + 2.0 * (M * K + M * N), env={"TILELANG_CORE_CUDA_FUSE_DEQUANT": "0"}))
+    # split-K across a cluster (wide N tiles, fewer blocks: tl.FuseDequantGemmCUDA splits K over 2-4 blocks). The
+    # "_sk" entries are the ones the compiler splits (run in their own process: see docs/cuda.md, issue 7)
+    for M, N, K, gs, cfg in ((5, 1000, 8192, -1, (16, 128, 256, 3, 128)), (16, 512, 4096, 128, (16, 128, 256, 3, 128))):
+        bm, bn, bk, st, th = cfg
+        out.append(E(f"dq_f16_{M}x{N}x{K}_g{gs}_sk", dq, "dequant_gemm", (M, N, K, gs),
+                     {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st, "threads": th,
+                      "dtype": "float16"}, "dequant_gemm", rtol=2e-2, atol=2e-2, inputs=DQ_INPUTS))
+    sk_cfgs = {
+        (16, 8192, 8192): [(16, 128, 256, 4, 128), (16, 128, 256, 6, 128), (16, 128, 128, 8, 128),
+                           (16, 128, 512, 3, 128), (16, 256, 256, 4, 256)],
+        (128, 8192, 28672): [(128, 128, 128, 4, 256)],
+    }
+    for (M, N, K), cfgs in sk_cfgs.items():
+        for gs in ((-1, 128) if M == 16 else (-1,)):
+            for bm, bn, bk, st, th in cfgs:
+                out.append(E(f"dq_f16_{M}x{N}x{K}_g{gs}_{bm}x{bn}x{bk}s{st}t{th}_sk", dq, "dequant_gemm",
+                             (M, N, K, gs), {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st,
+                                             "threads": th, "dtype": "float16"}, "dequant_gemm", rtol=2e-2,
+                             atol=2e-2, inputs=DQ_INPUTS, bench="dequant", flops=2.0 * M * N * K,
+                             bytes=N * K / 2 + 2.0 * (M * K + M * N)))
+    # -- GEMV 8192 x 8192 (examples/gemv.py) ---------------------------------------------------------------------
+    N = K = 8192
+    for dt, es in (("float32", 4), ("float16", 2)):
+        for bn, bk, th in ((8, 64, 128), (4, 512, 128), (8, 512, 256), (2, 1024, 256), (16, 256, 256),
+                           (4, 1024, 256), (2, 2048, 256), (1, 2048, 256)):
+            out.append(E(f"gemv_{dt}_{N}x{K}_{bn}x{bk}t{th}", "examples.gemv", "gemv", (N, K),
+                         {"block_N": bn, "block_K": bk, "threads": th, "dtype": dt}, "gemv",
+                         rtol=1e-3 if es == 4 else 1e-2, atol=1e-3 if es == 4 else 5e-2, bench="gemv",
+                         bytes=float(es * (N * K + N + K))))
+    out.append(E("gemv_float16_ragged", "examples.gemv", "gemv", (1000, 1030), {"dtype": "float16"}, "gemv",
+                 rtol=1e-2, atol=5e-2))
     return out
 
 

@@ -133,5 +133,31 @@ def tile_reduce(X: torch.Tensor, Init: torch.Tensor, block_M: int, block_N: int,
     return [out]
 
 
+def attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool = False) -> list[Any]:
+    """softmax(Q K^T / sqrt(d)) V on ``[batch, seq, heads, dim]``, in float64 (float32 SDPA for the benchmark
+    shapes, whose float64 score matrices would take tens of GB: still far more accurate than fp16)."""
+    B, S, H, D = Q.shape
+    if B * H * S * S > 1 << 27:
+        q, k, v = (t.float().transpose(1, 2) for t in (Q, K, V))
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+        return [o.transpose(1, 2).contiguous()]
+    q, k, v = (_hi(t).transpose(1, 2) for t in (Q, K, V))
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if is_causal:
+        n = s.shape[-1]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    return [(torch.softmax(s, -1) @ v).transpose(1, 2).contiguous()]
+
+
+def dequant_gemm(A: torch.Tensor, B: torch.Tensor, Scale: torch.Tensor) -> list[Any]:
+    """``A @ ((q - 8) * scale)^T`` with int4 ``q`` packed two per byte (low nibble first). The weight is formed in
+    the scale's dtype, as the program does (``T.cast(q - 8, dtype) * Scale``: one fp16 rounding per weight, which
+    over K = 8192 terms moves an output by ~1e-2 — more than the tolerance near zero), then multiplied in float64."""
+    N, half = B.shape
+    q = torch.stack([(B & 0xF), (B >> 4)], dim=-1).reshape(N, 2 * half).to(torch.int32) - 8
+    w = q.to(Scale.dtype) * Scale.repeat_interleave(2 * half // Scale.shape[1], dim=1)
+    return [_hi(A) @ _hi(w).T]
+
+
 REFS = {name: fn for name, fn in globals().items() if callable(fn) and not name.startswith("_")
         and getattr(fn, "__module__", None) == __name__}

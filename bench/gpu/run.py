@@ -7,10 +7,13 @@ by ``bench/gpu/build.py``) through ``tilelang_core.runtime`` only, and
    or a sentinel for integers) so an element the kernel never wrote is caught;
 2. measures launch overhead: our launcher on a one-block kernel against a tiny torch op;
 3. times (CUDA events, median after warm-up, ``triton.testing.do_bench``) the quickstart GEMM fp16 at the issue's
-   shapes (best of the built configs) against torch (cuBLAS) and Triton, and elementwise add, softmax and RMSNorm
-   against torch — then prints the table of ratios last.
+   shapes (best of the built configs) against torch (cuBLAS) and Triton, elementwise add, softmax and RMSNorm
+   against torch, and issue 7's workloads: flash attention against torch SDPA and a Triton FA2 kernel, the W4A16
+   dequantised GEMM against fp16 cuBLAS on the dequantised weights, GEMV against torch.mv and the copy bandwidth
+   measured in the same run — then prints the table of ratios last.
 
     python bench/gpu/run.py [--artifacts .gpu_artifacts] [--only SUBSTR ...] [--no-bench] [--json out.json]
+                            [--groups attention dequant gemv ...]
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ def make_input(spec: Any, gen_spec: Any, g: torch.Generator) -> torch.Tensor:
     shape = tuple(spec.shape)
     if gen_spec is not None and gen_spec[0] == "randint":
         return torch.randint(gen_spec[1], gen_spec[2], shape, generator=g, device="cuda").to(dt)
+    if gen_spec is not None and gen_spec[0] == "rand":
+        lo, hi = gen_spec[1], gen_spec[2]
+        return (torch.rand(shape, generator=g, device="cuda") * (hi - lo) + lo).to(dt)
     if dt.is_floating_point:
         return torch.randn(shape, generator=g, device="cuda", dtype=torch.float32).to(dt)
     return torch.randint(-8, 8, shape, generator=g, device="cuda").to(dt)
@@ -198,18 +204,130 @@ def bench_memory(grp: str, es: list[dict[str, Any]], kernels: dict[str, Any], de
             f"{nbytes / t_torch / 1e6:.0f} GB/s", "-", f"{t_torch / best[0]:.2f}x torch")
 
 
+def bench_attention(key: tuple, es: list[dict[str, Any]], kernels: dict[str, Any], tri_attn: Any,
+                    detail: list[str], results: dict[str, Any]) -> tuple:
+    """Best of our configs for one attention shape against torch SDPA (and the Triton FA2 kernel), same run."""
+    B, H, S, D, causal = key
+    g = torch.Generator(device="cuda")
+    g.manual_seed(7)
+    q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+    o = torch.empty_like(q)
+    best: tuple[float, str] | None = None
+    fl = es[0]["flops"]
+    for e in es:
+        kern = kernels[e["name"]]
+        ms = bench_ms(lambda kern=kern: kern(q, k, v, o))
+        detail.append(f"  {e['name']:44s} {ms * 1e3:9.1f} us {fl / ms / 1e9:7.1f} TFLOP/s")
+        if best is None or ms < best[0]:
+            best = (ms, e["name"])
+    assert best is not None
+    qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (q, k, v))  # SDPA's own layout, timed as such
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    t_torch = bench_ms(lambda: sdpa(qt, kt, vt, is_causal=causal))
+    t_tri = None
+    if tri_attn is not None:
+        try:
+            ot = torch.empty_like(qt)
+            tri_attn.attention(qt, kt, vt, causal, out=ot)
+            err = float((ot.float() - sdpa(qt, kt, vt, is_causal=causal).float()).abs().max())
+            t_tri = bench_ms(lambda: tri_attn.attention(qt, kt, vt, causal, out=ot))
+            detail.append(f"  triton FA2 {key}: {t_tri * 1e3:.1f} us (max|err| vs SDPA {err:.2e})")
+        except Exception as ex:  # noqa: BLE001
+            print(f"triton attention failed: {type(ex).__name__}: {str(ex)[:300]}")
+    results["bench"][f"attention_{B}x{H}x{S}x{D}{'_causal' if causal else ''}"] = {
+        "ours_ms": best[0], "config": best[1], "torch_ms": t_torch, "triton_ms": t_tri}
+    return ("flash attn fwd f16", f"({B}, {H}, {S}, {D}){' causal' if causal else ''}",
+            f"{fl / best[0] / 1e9:.0f} TF/s ({best[0] * 1e3:.0f} us)", f"{fl / t_torch / 1e9:.0f} TF/s (SDPA)",
+            f"{fl / t_tri / 1e9:.0f} TF/s" if t_tri else "-",
+            f"{t_torch / best[0]:.2f}x SDPA" + (f", {t_tri / best[0]:.2f}x Triton" if t_tri else ""))
+
+
+def bench_dequant(key: tuple, es: list[dict[str, Any]], kernels: dict[str, Any], detail: list[str],
+                  results: dict[str, Any]) -> tuple:
+    """W4A16: best of our fused configs against fp16 cuBLAS (torch.matmul) on the dequantised weights."""
+    M, N, K, gs = key
+    g = torch.Generator(device="cuda")
+    g.manual_seed(11)
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16, generator=g)
+    b = torch.randint(0, 256, (N, K // 2), device="cuda", dtype=torch.uint8, generator=g)
+    groups = 1 if gs == -1 else K // gs
+    sc = (torch.rand(N, groups, device="cuda", generator=g) * 0.1 + 0.01).to(torch.float16)
+    q = torch.stack([(b & 0xF), (b >> 4)], dim=-1).reshape(N, K).to(torch.float16) - 8
+    w = (q * sc.repeat_interleave(K // groups, dim=1)).contiguous()  # (N, K) fp16: what cuBLAS multiplies
+    c = torch.empty(M, N, device="cuda", dtype=torch.float16)
+    best: tuple[float, str] | None = None
+    unfused = None
+    for e in es:
+        kern = kernels[e["name"]]
+        ms = bench_ms(lambda kern=kern: kern(a, b, sc, c))
+        detail.append(f"  {e['name']:52s} {ms * 1e3:9.1f} us {N * K / 2 / ms / 1e6:7.0f} GB/s of int4 weights")
+        if e["name"].endswith("_unfused"):
+            unfused = ms
+        elif e["name"].endswith(("_mode1", "_mode2", "_sets1")):
+            pass  # measurement variants: shown above, never "best"
+        elif best is None or ms < best[0]:
+            best = (ms, e["name"])
+    assert best is not None
+    wt = w.t()
+    t_torch = bench_ms(lambda: torch.matmul(a, wt, out=c))
+    results["bench"][f"w4a16_{M}x{N}x{K}_g{gs}"] = {"ours_ms": best[0], "config": best[1], "cublas_fp16_ms": t_torch,
+                                                     "unfused_ms": unfused}
+    note = f"; unfused {t_torch / unfused:.2f}x" if unfused else ""
+    return ("W4A16 GEMM", f"{M}x{N}x{K} {'per-channel' if gs == -1 else f'group {gs}'}",
+            f"{best[0] * 1e3:.1f} us ({N * K / 2 / best[0] / 1e6:.0f} GB/s int4)",
+            f"{t_torch * 1e3:.1f} us (fp16 cuBLAS)", "-", f"{t_torch / best[0]:.2f}x cuBLAS{note}")
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy of 1 GiB, GB/s counting bytes read plus bytes written (the memory-bound ceiling)."""
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda").random_(0, 255)
+    dst = torch.empty_like(src)
+    ms = bench_ms(lambda: dst.copy_(src))
+    return 2.0 * src.numel() / ms / 1e6
+
+
+def bench_gemv(dt: str, es: list[dict[str, Any]], kernels: dict[str, Any], copy_gbs: float, detail: list[str],
+               results: dict[str, Any]) -> tuple:
+    """GEMV against torch.mv, and against the copy bandwidth measured in this run."""
+    N, K = es[0]["args"][:2]
+    tdt = torch.float32 if dt == "float32" else torch.float16
+    A = torch.randn(N, K, device="cuda", dtype=tdt)
+    x = torch.randn(K, device="cuda", dtype=tdt)
+    y = torch.empty(N, device="cuda", dtype=tdt)
+    best: tuple[float, str] | None = None
+    nbytes = es[0]["bytes"]
+    for e in es:
+        kern = kernels[e["name"]]
+        ms = bench_ms(lambda kern=kern: kern(A, x, y))
+        detail.append(f"  {e['name']:44s} {ms * 1e3:9.1f} us {nbytes / ms / 1e6:7.0f} GB/s")
+        if best is None or ms < best[0]:
+            best = (ms, e["name"])
+    assert best is not None
+    t_torch = bench_ms(lambda: torch.mv(A, x, out=y))
+    gbs = nbytes / best[0] / 1e6
+    results["bench"][f"gemv_{dt}_{N}x{K}"] = {"ours_ms": best[0], "config": best[1], "torch_ms": t_torch,
+                                               "copy_gbs": copy_gbs}
+    return ("gemv", f"{N}x{K} {dt}", f"{gbs:.0f} GB/s ({best[0] * 1e3:.0f} us)",
+            f"{nbytes / t_torch / 1e6:.0f} GB/s", "-",
+            f"{t_torch / best[0]:.2f}x torch; {gbs / copy_gbs:.2f}x copy ({copy_gbs:.0f} GB/s)")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--artifacts", default=str(ROOT / ".gpu_artifacts"))
     p.add_argument("--only", nargs="*", default=None)
+    p.add_argument("--skip", nargs="*", default=None, help="leave out entries whose name contains a substring")
     p.add_argument("--no-bench", action="store_true")
     p.add_argument("--no-triton", action="store_true")
     p.add_argument("--json", default=None)
+    p.add_argument("--groups", nargs="*", default=None,
+                   help="benchmark groups to time (gemm add softmax rmsnorm attention dequant gemv launch)")
     args = p.parse_args(argv)
 
     root = Path(args.artifacts)
     manifest = json.loads((root / "manifest.json").read_text())
     entries = [e for e in manifest["entries"] if not args.only or any(s in e["name"] for s in args.only)]
+    entries = [e for e in entries if not args.skip or not any(s in e["name"] for s in args.skip)]
     print(f"GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  artifacts {root} "
           f"({manifest['arch']}, {len(entries)} entries)")
     g = torch.Generator(device="cuda")
@@ -217,12 +335,18 @@ def main(argv: list[str] | None = None) -> int:
     kernels: dict[str, CudaKernelCallable] = {}
     results: dict[str, Any] = {"checks": {}, "bench": {}}
     n_fail = 0
+    n_skip = 0
     # -- 1. correctness ------------------------------------------------------------------------------------
     for e in entries:
         try:
             art = load_artifact(root / e["dir"])
             kern = CudaKernelCallable(art)
             kernels[e["name"]] = kern
+            if not e.get("check", True):  # a measurement variant that computes something else on purpose
+                results["checks"][e["name"]] = {"ok": True, "msg": "not checked (measurement variant)"}
+                print(f"SKIP {e['name']:44s} measurement variant, not checked")
+                n_skip += 1
+                continue
             ok, msg = check_entry(e, kern, g)
             if ok:  # a second draw of inputs: the same function on any valid input
                 ok, msg2 = check_entry(e, kern, g)
@@ -238,13 +362,17 @@ def main(argv: list[str] | None = None) -> int:
         n_fail += not ok
         results["checks"][e["name"]] = {"ok": ok, "msg": msg}
         print(f"{'PASS' if ok else 'FAIL'} {e['name']:44s} {msg}")
-    print(f"correctness: {len(entries) - n_fail}/{len(entries)} passed")
+    print(f"correctness: {len(entries) - n_fail - n_skip}/{len(entries) - n_skip} passed")
     if args.no_bench:
         return 1 if n_fail else 0
 
     # -- 2. launch overhead --------------------------------------------------------------------------------
     rows: list[tuple[str, str, str, str, str, str]] = []
-    if "launch_tiny" in kernels:
+
+    def want(grp: str) -> bool:
+        return args.groups is None or grp in args.groups
+
+    if "launch_tiny" in kernels and want("launch"):
         ours, theirs = launch_overhead(kernels["launch_tiny"])
         results["bench"]["launch_overhead_us"] = {"ours": ours, "torch_add": theirs}
         rows.append(("launch", "host time per call (1-block add)", f"{ours:.1f} us", f"{theirs:.1f} us", "",
@@ -267,15 +395,45 @@ def main(argv: list[str] | None = None) -> int:
     for e in groups.get("gemm", []):
         shapes.setdefault((f"{e['module']}.{e['factory']}", *e["args"][:3]), []).append(e)
     for key, es in shapes.items():
-        rows.append(bench_gemm(key, es, kernels, tri, detail, results))
+        if want("gemm"):
+            rows.append(bench_gemm(key, es, kernels, tri, detail, results))
     for grp in ("add", "softmax", "rmsnorm"):
-        if groups.get(grp):
+        if groups.get(grp) and want(grp):
             rows.append(bench_memory(grp, groups[grp], kernels, detail, results))
+    # -- issue 7: flash attention, W4A16, GEMV -----------------------------------------------------------------
+    tri_attn = None
+    if groups.get("attention") and want("attention") and not args.no_triton:
+        try:
+            import triton_attn as tri_attn
+        except Exception as ex:  # noqa: BLE001
+            print(f"Triton attention unavailable: {ex}")
+    by_key: dict[tuple, list[dict[str, Any]]] = {}
+    for e in groups.get("attention", []) if want("attention") else []:
+        by_key.setdefault(tuple(e["args"][:5]), []).append(e)
+    for key, es in by_key.items():
+        rows.append(bench_attention(key, es, kernels, tri_attn, detail, results))
+    by_key = {}
+    for e in groups.get("dequant", []) if want("dequant") else []:
+        by_key.setdefault(tuple(e["args"][:4]), []).append(e)
+    for key, es in by_key.items():
+        rows.append(bench_dequant(key, es, kernels, detail, results))
+    if groups.get("gemv") and want("gemv"):
+        copy_gbs = copy_bandwidth()
+        results["bench"]["copy_gbs"] = copy_gbs
+        by_dt: dict[str, list[dict[str, Any]]] = {}
+        for e in groups["gemv"]:
+            by_dt.setdefault(e["kwargs"]["dtype"], []).append(e)
+        for dt, es in by_dt.items():
+            rows.append(bench_gemv(dt, es, kernels, copy_gbs, detail, results))
     print("\nper-config timings (median, triton.testing.do_bench):")
     print("\n".join(detail))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
-    print(f"\ncorrectness: {len(entries) - n_fail}/{len(entries)} kernels passed")
+    print(f"\ncorrectness: {len(entries) - n_fail - n_skip}/{len(entries) - n_skip} kernels passed"
+          f"{f' ({n_skip} measurement variants not checked)' if n_skip else ''}")
+    for name, r in results["checks"].items():
+        if not r["ok"]:
+            print(f"  FAILED {name}: {r['msg'][:300]}")
     print("\n| workload | shape | ours | torch | Triton | ours vs reference (time ratio, >1 = faster) |")
     print("|---|---|---|---|---|---|")
     for r in rows:

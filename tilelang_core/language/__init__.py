@@ -19,6 +19,7 @@ from .dtypes import SUPPORTED_DTYPES, Buffer, Tensor
 from .gemm import GemmWarpPolicy, gemm
 from .kernel import Kernel
 from .loops import Parallel, Pipelined, grid, serial, unroll, vectorized
+from .macro import macro
 from .math import (
     abs,
     cast,
@@ -49,7 +50,7 @@ __all__ = [
     "reduce_sum", "reduce_max", "reduce_min", "reduce_abssum", "reduce_absmax",
     "atomic_add", "print", "use_swizzle",
     "ceildiv", "max", "min", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "floor", "ceil",
-    "cast", "if_then_else", "infinity",
+    "cast", "if_then_else", "infinity", "macro",
 ]
 
 

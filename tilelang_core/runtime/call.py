@@ -54,6 +54,22 @@ class KernelCallable:
     def params(self) -> list[ParamSpec]:
         return self.artifact.params
 
+    def check_args(self, values: list[Any]) -> list[Any]:
+        """All arguments checked: a fast path for the common case (a contiguous CPU torch tensor of exactly the
+        expected dtype and shape), the detailed check — and its error message — otherwise."""
+        fast = getattr(self, "_fast", None)
+        if fast is None:
+            import torch
+
+            fast = self._fast = (torch.Tensor, [(torch_dtype(p.dtype), tuple(p.shape)) for p in self.params])
+        tensor_type, expected = fast
+        out = list(values)
+        for i, (v, (dt, shape)) in enumerate(zip(values, expected)):
+            if not (type(v) is tensor_type and v.dtype is dt and v.shape == shape and v.device.type == self.device
+                    and v.is_contiguous()):
+                out[i] = self.check_arg(self.params[i], v)
+        return out
+
     def check_arg(self, spec: ParamSpec, value: Any) -> Any:
         import torch
 
@@ -101,7 +117,7 @@ class KernelCallable:
             raise TypeError(f"kernel {self.artifact.entry}: expected {n_in} input tensor(s) ({names})"
                             + (f" or all {n_all} including outputs" if self.out_idx else "")
                             + f", got {len(args)}")
-        checked = [self.check_arg(spec, a) for spec, a in zip(self.params, full)]
+        checked = self.check_args(full)
         self._fn(*checked)
         if not self.out_idx:
             return None

@@ -48,9 +48,108 @@ def isa_flags(flags: frozenset[str] | None = None) -> list[str]:
     return sorted(f for f in flags if f.startswith(_ISA_PREFIXES))
 
 
+def check_gpu(meta: dict[str, Any], device_index: int) -> None:
+    """Refuse to launch a cubin on a GPU of another architecture (it would fail with an opaque driver error)."""
+    import torch
+
+    arch = str(meta.get("target", {}).get("arch", ""))
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"kernel {meta.get('name')!r} was compiled for CUDA {arch}; this machine has no CUDA GPU")
+    major, minor = torch.cuda.get_device_capability(device_index)
+    if arch.startswith("sm_") and arch[3:].rstrip("a").isdigit():
+        want = arch[3:].rstrip("a")
+        if f"{major}{minor}" != want:
+            name = torch.cuda.get_device_name(device_index)
+            raise RuntimeError(f"kernel {meta.get('name')!r} was compiled for {arch} and needs a GPU of compute "
+                               f"capability {want[:-1]}.{want[-1]}; cuda:{device_index} is {name} "
+                               f"(sm_{major}{minor}); export it again for this GPU")
+
+
+def _driver() -> Any:
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        try:
+            from cuda import cuda as driver  # cuda-python < 12.6
+        except ImportError:
+            raise RuntimeError("this kernel runs on CUDA: install the CUDA Python bindings "
+                               "(pip install cuda-bindings)") from None
+    return driver
+
+
+def _cu(res: Any, what: str) -> Any:
+    driver = _driver()
+    err = res[0] if isinstance(res, tuple) else res
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"CUDA driver call {what} failed: {err}")
+    return res[1] if isinstance(res, tuple) and len(res) == 2 else None
+
+
+class CudaLaunch:
+    """Loads the embedded cubin on a device and launches it on torch's current stream (driver API)."""
+
+    def __init__(self, meta: dict[str, Any], cubin: bytes, params: list[Any]):
+        import ctypes
+
+        info = meta["cuda"]
+        self.meta, self.cubin = meta, cubin
+        self.kernel_name = str(info["kernel"])
+        self.grid = tuple(int(g) for g in info["grid"])
+        self.block = tuple(int(b) for b in info["block"])
+        self.dyn_smem = int(info["dyn_smem"])
+        names = [p.name for p in params]
+        self.arg_order = [names.index(a) for a in info["args"]]
+        n = max(len(self.arg_order), 1)
+        self._values = (ctypes.c_uint64 * n)()
+        base = ctypes.addressof(self._values)
+        self._params = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
+        self._loaded: dict[int, Any] = {}
+
+    def _function(self, index: int) -> Any:
+        fn = self._loaded.get(index)
+        if fn is None:
+            import torch
+
+            check_gpu(self.meta, index)
+            driver = _driver()
+            torch.cuda.current_stream(index).synchronize()  # makes torch create the primary context
+            ctx = _cu(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+            if not int(ctx):
+                dev = _cu(driver.cuDeviceGet(index), "cuDeviceGet")
+                _cu(driver.cuCtxSetCurrent(_cu(driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")),
+                    "cuCtxSetCurrent")
+            module = _cu(driver.cuModuleLoadData(self.cubin), "cuModuleLoadData")
+            fn = _cu(driver.cuModuleGetFunction(module, self.kernel_name.encode()), "cuModuleGetFunction")
+            if self.dyn_smem > 48 * 1024:
+                attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                _cu(driver.cuFuncSetAttribute(fn, attr, self.dyn_smem), "cuFuncSetAttribute")
+            self._loaded[index] = fn
+        return fn
+
+    def __call__(self, *tensors: Any) -> None:
+        import ctypes
+
+        import torch
+
+        index = tensors[0].get_device()
+        fn = self._function(index)
+        for k, i in enumerate(self.arg_order):
+            self._values[k] = tensors[i].data_ptr()
+        stream = int(torch.cuda.current_stream(index).cuda_stream)
+        driver = _driver()
+        args = (*self.grid, *self.block, self.dyn_smem)
+        try:
+            res = driver.cuLaunchKernel(fn, *args, stream, ctypes.addressof(self._params), 0)
+        except TypeError:
+            res = driver.cuLaunchKernel(fn, *args, driver.CUstream(stream), ctypes.addressof(self._params), 0)
+        _cu(res, f"cuLaunchKernel({self.kernel_name})")
+
+
 def check_host(meta: dict[str, Any]) -> None:
     """Refuse to load a library built for another architecture or for CPU features this machine lacks (it would
     die with SIGILL). ``TILELANG_EXPORT_SKIP_CPU_CHECK=1`` skips the feature check."""
+    if meta.get("target", {}).get("kind") == "cuda":
+        return  # checked against the GPU at the first launch (check_gpu)
     triple = str(meta.get("target", {}).get("mtriple", ""))
     arch = triple.split("-")[0]
     here = platform.machine()
@@ -141,7 +240,7 @@ class ExportedKernel:
         self.config: dict[str, Any] = dict(meta.get("config", {}))
         self.target: dict[str, Any] = dict(meta.get("target", {}))
         self.source = source
-        self.device = "cpu"
+        self.device = "cuda" if self.target.get("kind") == "cuda" else "cpu"
         self._library_b64 = library_b64
         self._fn: Any = None
         self._module: Any = None
@@ -150,6 +249,12 @@ class ExportedKernel:
     def load(self) -> Any:
         """Write the library to the cache and load it (done on the first call)."""
         with self._lock:
+            if self._fn is None and self.device == "cuda":
+                data = base64.b64decode(self._library_b64)
+                if _sha256(data) != self.meta["library_sha256"]:
+                    raise RuntimeError("the embedded cubin does not match its recorded SHA-256: the exported file "
+                                       "was modified or truncated; export it again")
+                self._fn = CudaLaunch(self.meta, data, self.params)
             if self._fn is None:
                 check_host(self.meta)
                 path = materialize(self._library_b64, self.meta["library_sha256"])
@@ -193,15 +298,18 @@ class ExportedKernel:
                              f"{misaligned} bytes past alignment; call .clone() first")
         return value
 
-    def alloc_outputs(self) -> list[Any]:
+    def alloc_outputs(self, device: Any = None) -> list[Any]:
         import torch
 
-        return [torch.empty(self.params[i].shape, dtype=torch_dtype(self.params[i].dtype)) for i in self.out_idx]
+        dev = device or (torch.device("cuda", torch.cuda.current_device()) if self.device == "cuda" else "cpu")
+        return [torch.empty(self.params[i].shape, dtype=torch_dtype(self.params[i].dtype), device=dev)
+                for i in self.out_idx]
 
     def __call__(self, *args: Any) -> Any:
         n_in, n_all = len(self.in_idx), len(self.params)
         if len(args) == n_in:
-            outs = self.alloc_outputs()
+            args = tuple(self.check_arg(self.params[i], a) for i, a in zip(self.in_idx, args))  # before allocating
+            outs = self.alloc_outputs(args[0].device if args and self.device == "cuda" else None)
             full: list[Any] = [None] * n_all
             for i, a in zip(self.in_idx, args):
                 full[i] = a
@@ -236,7 +344,7 @@ class ExportedKernel:
                 out.append(torch.rand(p.shape, generator=g) > 0.5)
             else:
                 out.append(torch.randint(0, 8, p.shape, generator=g).to(torch_dtype(p.dtype)))
-        return out
+        return [t.to(self.device) for t in out]
 
     def __repr__(self) -> str:
         ins = ", ".join(repr(self.params[i]) for i in self.in_idx)

@@ -9,17 +9,22 @@ from .localize_buffers_cpu import localize_buffers_cpu
 from .lower_kernel_grid_cpu import lower_kernel_grid_cpu
 from .lower_parallel_cpu import lower_parallel_cpu
 from .lower_tile_ops_cpu import lower_tile_ops_cpu
+from .serialize_small_grids_cpu import serialize_small_grids_cpu
+from .split_div_mod_cpu import split_div_mod_cpu
 from .validate_tile_ops import validate_tile_ops
 
 
 def cpu_passes(vector_bytes: int) -> list[tuple[str, Any]]:
     """The CPU pipeline as (name, PrimFunc -> PrimFunc): validate, grid → parallel loop, tile ops → loops,
-    T.Parallel → guarded loops. Plain Python calls (not TVM module passes) so our errors keep their class."""
+    T.Parallel loops split where their variable is divided by a constant, T.Parallel → guarded loops. Plain
+    Python calls (not TVM module passes) so our errors keep their class."""
     return [
         ("tl.ValidateTileOps", validate_tile_ops),
         ("tl.LowerKernelGridCPU", lower_kernel_grid_cpu),
         ("tl.LowerTileOpsCPU", lambda f: lower_tile_ops_cpu(f, vector_bytes)),
+        ("tl.SplitDivModCPU", split_div_mod_cpu),
         ("tl.LowerParallelCPU", lower_parallel_cpu),
+        ("tl.SerializeSmallGridsCPU", serialize_small_grids_cpu),
         ("tl.LocalizeBuffersCPU", localize_buffers_cpu),
         ("tl.FastExpCPU", fast_exp_cpu),
     ]
@@ -29,6 +34,8 @@ def cuda_passes(arch: str = "sm_90") -> list[tuple[str, Any]]:
     """The CUDA pipeline as (name, PrimFunc -> PrimFunc): validate, launch config, fragment layouts, software
     pipelining, barriers, tile ops -> per-thread code, T.Parallel -> per-thread code, shared-memory placement.
     Imported lazily so the CPU path does not load them."""
+    from .fast_exp_cuda import fast_exp_cuda
+    from .fuse_dequant_gemm_cuda import fuse_dequant_gemm_cuda
     from .infer_fragment_layouts_cuda import infer_fragment_layouts_cuda
     from .insert_syncs_cuda import insert_syncs_cuda
     from .lower_kernel_launch_cuda import lower_kernel_launch_cuda
@@ -41,14 +48,16 @@ def cuda_passes(arch: str = "sm_90") -> list[tuple[str, Any]]:
         ("tl.ValidateTileOps", validate_tile_ops),
         ("tl.LowerKernelLaunchCUDA", lower_kernel_launch_cuda),
         ("tl.InferFragmentLayoutsCUDA", infer_fragment_layouts_cuda),
+        ("tl.FuseDequantGemmCUDA", lambda f: fuse_dequant_gemm_cuda(f, arch)),
         ("tl.PipelineCUDA", pipeline_cuda),
         ("tl.InsertSyncsCUDA", insert_syncs_cuda),
         ("tl.LowerTileOpsCUDA", lower_tile_ops_cuda),
         ("tl.LowerParallelCUDA", lower_parallel_cuda),
         ("tl.LowerSharedMemoryCUDA", lambda f: lower_shared_memory_cuda(f, arch)),
+        ("tl.FastExpCUDA", fast_exp_cuda),
     ]
 
 
 __all__ = ["cpu_passes", "cuda_passes", "validate_tile_ops", "lower_kernel_grid_cpu", "lower_tile_ops_cpu",
-           "lower_parallel_cpu",
-           "localize_buffers_cpu", "fast_exp_cpu"]
+           "lower_parallel_cpu", "split_div_mod_cpu",
+           "localize_buffers_cpu", "fast_exp_cpu", "serialize_small_grids_cpu"]

@@ -12,6 +12,11 @@ given fragment, so it is chosen once (``tl.InferFragmentLayoutsCUDA``), recorded
 * ``mma`` — the accumulator layout of ``mma.sync.m16n8k16`` for a ``warp_m x warp_n`` grid of warps (lane ``l``
   of a warp holds rows ``l/4`` and ``l/4 + 8`` and columns ``2(l%4)``, ``2(l%4)+1`` of every 16x8 atom). The gemm
   template ``tl::gemm_ss`` writes exactly this order: register ``((mi * NT) + ni) * 4 + k``.
+* ``mma_row`` — a 1-D tile of one value per row of an ``mma`` accumulator (``M`` rows, same warp grid): each
+  thread holds exactly the rows its accumulator registers touch (``2 * MT`` registers: rows ``l/4`` and
+  ``l/4 + 8`` of each 16-row atom), so the four lanes of a quad (and the ``warp_n`` warps of a warp row) hold
+  copies of the same rows. Row reductions of the accumulator are then quad shuffles, and ``acc[i, j] *
+  row[i]`` is a register operation (flash attention's online softmax).
 * ``replicated`` — every thread holds the whole tile (reduction results, tiles used element-wise outside
   ``T.Parallel``).
 
@@ -56,7 +61,7 @@ def _pow2_divisor(n: int, cap: int) -> int:
 class FragmentLayout:
     """Where each element of a fragment lives: ``(thread, register)``."""
 
-    kind: str  # "blocked" | "mma" | "replicated"
+    kind: str  # "blocked" | "mma" | "mma_row" | "replicated"
     shape: tuple[int, ...]
     threads: int
     vec: int = 1
@@ -73,6 +78,10 @@ class FragmentLayout:
     @staticmethod
     def mma(shape: Any, threads: int, warp_m: int, warp_n: int) -> FragmentLayout:
         return FragmentLayout("mma", tuple(int(s) for s in shape), threads, warp_m=warp_m, warp_n=warp_n)
+
+    @staticmethod
+    def mma_row(rows: int, threads: int, warp_m: int, warp_n: int) -> FragmentLayout:
+        return FragmentLayout("mma_row", (int(rows),), threads, warp_m=warp_m, warp_n=warp_n)
 
     @staticmethod
     def replicated(shape: Any, threads: int) -> FragmentLayout:
@@ -104,12 +113,24 @@ class FragmentLayout:
         return M // self.warp_m // 16, N // self.warp_n // 8
 
     @property
+    def const_regs(self) -> bool:
+        """Registers must be enumerated with constant indices (their coordinates are not affine in them)."""
+        return self.kind in ("mma", "mma_row")
+
+    @property
+    def row_tiles(self) -> int:
+        """MT of an ``mma_row`` layout: 16-row atoms per warp."""
+        return self.shape[0] // self.warp_m // 16
+
+    @property
     def num_regs(self) -> int:
         if self.kind == "replicated":
             return self.size
         if self.kind == "mma":
             mt, nt = self.mma_tiles
             return mt * nt * 4
+        if self.kind == "mma_row":
+            return self.row_tiles * 2
         chunks = -(-self.size // self.vec)
         return -(-chunks // self.threads) * self.vec
 
@@ -118,6 +139,27 @@ class FragmentLayout:
         """True when some (thread, register) pairs hold no element (blocked layouts of ragged sizes)."""
         return self.kind == "blocked" and self.num_regs * self.threads != self.size
 
+    # -- rows of mma accumulators ---------------------------------------------------------------------------
+    def row_layout(self) -> FragmentLayout:
+        """The ``mma_row`` layout of this ``mma`` accumulator's rows."""
+        return FragmentLayout.mma_row(self.shape[0], self.threads, self.warp_m, self.warp_n)
+
+    def row_reg(self, reg: int) -> int:
+        """The register of :meth:`row_layout` holding the row of ``mma`` register ``reg`` (same thread)."""
+        mt, nt = self.mma_tiles
+        return (reg // (nt * 4)) * 2 + (reg % 4) // 2
+
+    def owner_cond(self, tid: Any) -> Any:
+        """For layouts holding copies (``mma_row``): the condition selecting one holder of each element
+        (lane % 4 == 0 of warp column 0), for side effects that must happen once (atomics); else None."""
+        if self.kind != "mma_row":
+            return None
+        warp = tirx.floordiv(tid, WARP)
+        cond = tirx.EQ(tirx.floormod(tid, 4), 0)
+        if self.warp_n > 1:
+            cond = tirx.And(cond, tirx.EQ(tirx.floormod(warp, self.warp_n), 0))
+        return cond
+
     # -- Python-level mapping (tests, planning) -------------------------------------------------------------
     def element_of(self, thread: int, reg: int) -> tuple[int, ...] | None:
         """The coordinates held by ``(thread, reg)``, or None for padding."""
@@ -125,6 +167,10 @@ class FragmentLayout:
             return tuple(_unravel(reg, self.shape))
         if self.kind == "mma":
             return tuple(self._mma_coords(thread // WARP, thread % WARP, reg))
+        if self.kind == "mma_row":
+            warp, lane = thread // WARP, thread % WARP
+            wr = warp // self.warp_n
+            return (wr * (self.shape[0] // self.warp_m) + (reg // 2) * 16 + 8 * (reg % 2) + lane // 4,)
         f = ((reg // self.vec) * self.threads + thread) * self.vec + reg % self.vec
         return tuple(_unravel(f, self.shape)) if f < self.size else None
 
@@ -149,6 +195,13 @@ class FragmentLayout:
             if isinstance(reg, int):
                 return [ana.simplify(c) for c in self._mma_coords_expr(warp, lane, reg)], None
             raise ValueError("mma fragment registers must be enumerated with constant indices")
+        if self.kind == "mma_row":
+            if not isinstance(reg, int):
+                raise ValueError("mma_row fragment registers must be enumerated with constant indices")
+            wr = tirx.floordiv(tirx.floordiv(tid, WARP), self.warp_n)
+            row = (wr * (self.shape[0] // self.warp_m) + ((reg // 2) * 16 + 8 * (reg % 2))
+                   + tirx.floordiv(tirx.floormod(tid, WARP), 4))
+            return [ana.simplify(row)], None
         v = self.vec
         if isinstance(reg, int):
             f = ((reg // v) * self.threads + tid) * v + reg % v

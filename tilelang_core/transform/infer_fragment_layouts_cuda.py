@@ -7,9 +7,12 @@ which element. Constraints are collected over the whole kernel and solved with a
   and the two sides of a fragment-to-fragment ``T.copy`` must share a layout (same class);
 * the accumulator of a tensor-core ``T.gemm`` fixes its class to the ``mma`` layout of the chosen warp grid
   (``GemmWarpPolicy``); an FMA-fallback gemm leaves it ``blocked``;
-* a fragment read at other indices (``row_max[i]`` inside a 2-D ``T.Parallel``), touched outside ``T.Parallel``
-  and tile ops, or written by ``T.reduce_*`` is ``replicated`` (every thread holds all of it), unless its class
-  holds a gemm accumulator (then a reduction writes each thread's share);
+* a 1-D fragment that holds one value per row of an ``mma`` accumulator — written by a row reduction of it
+  (``T.reduce_max(acc, m, dim=1)``) and/or read as ``m[i]`` in a ``T.Parallel(i, j)`` nest over it — gets the
+  ``mma_row`` layout of that accumulator (each thread keeps only its rows; flash attention's online softmax);
+* a fragment read at other indices (``row_max[i]`` inside a 2-D ``T.Parallel`` over a non-mma tile), touched
+  outside ``T.Parallel`` and tile ops, or written by ``T.reduce_*`` is ``replicated`` (every thread holds all of
+  it), unless its class holds a gemm accumulator (then a reduction writes each thread's share);
 * any other class is ``blocked`` (coalesced 16-byte chunks along the last dimension).
 
 Each fragment gets a per-thread register array of the layout's size (allocated beside it); the layouts, the
@@ -99,6 +102,8 @@ class _Collect(Rewriter):
         self.needs_rep: dict[Any, Any] = {}  # buffer -> span of the access that needs it
         self.nonid_write: dict[Any, Any] = {}
         self.reduce_dst: set[Any] = set()
+        self.reduce_srcs: dict[Any, list[tuple[Any, int]]] = {}  # dst -> [(source region, dim)]
+        self.row_reads: dict[Any, list[str]] = {}  # 1-D fragment -> keys of 2-D nests reading it as X[i]
         self.gemm_plans: dict[Any, list[GemmPlan]] = {}
         self.swizzle: dict[Any, int] = {}
         self.par: list[tuple[list[Any], list[Any], str]] = []
@@ -194,6 +199,7 @@ class _Collect(Rewriter):
             dst = Region.of(args[1]).buffer
             if is_fragment(dst):
                 self.reduce_dst.add(dst)
+                self.reduce_srcs.setdefault(dst, []).append((Region.of(args[0]), const_int(args[3])))
         elif name == "tl.atomic_add":
             if not isinstance(args[1], tvm.ir.TensorRegion):
                 self.exprs(args[1], s.span)
@@ -222,10 +228,61 @@ class _Collect(Rewriter):
                     and shape == [const_int(e) for e in exts])
         if identity:
             self.union(buf, key)
+        elif (not write and len(idx) == 1 and len(vs) == 2 and idx[0].same_as(vs[0])
+              and shape == [const_int(exts[0])]):
+            self.row_reads.setdefault(buf, []).append(key)  # X[i] in T.Parallel(i, j): maybe a row layout
         else:
             self.needs_rep.setdefault(buf, span)
             if write:
                 self.nonid_write.setdefault(buf, span)
+
+
+def _row_candidate(col: _Collect, members: list[Any]) -> bool:
+    """A class of 1-D fragments that only needs other threads' elements through row broadcasts / row reductions."""
+    if any(len(m.shape) != 1 or m in col.needs_rep for m in members):
+        return False
+    return any(m in col.row_reads or m in col.reduce_srcs for m in members)
+
+
+def _row_layout(col: _Collect, members: list[Any], root_layout: list[tuple[Any, FragmentLayout]],
+                threads: int) -> FragmentLayout | None:
+    """The ``mma_row`` layout every row broadcast and row reduction of the class agrees on, or None."""
+    rows = const_int(members[0].shape[0])
+    wanted: set[tuple[int, int]] = set()
+    for m in members:
+        for key in col.row_reads.get(m, []):
+            lay = _layout_of_root(col, col.find(key), root_layout)
+            if lay is None or lay.kind != "mma" or lay.shape[0] != rows:
+                return None
+            wanted.add((lay.warp_m, lay.warp_n))
+        for src, dim in col.reduce_srcs.get(m, []):
+            lay = (_layout_of_root(col, col.find(src.buffer), root_layout)
+                   if is_fragment(src.buffer) else None)
+            if (lay is None or lay.kind != "mma" or dim != 1 or lay.shape[0] != rows
+                    or not is_whole_tile(src) or len(src.buffer.shape) != 2):
+                return None
+            wanted.add((lay.warp_m, lay.warp_n))
+    if len(wanted) != 1:
+        return None
+    wm, wn = next(iter(wanted))
+    return FragmentLayout.mma_row(rows, threads, wm, wn)
+
+
+def _layout_of_root(col: _Collect, root: Any, root_layout: list[tuple[Any, FragmentLayout]]) -> Any:
+    """The layout already chosen for the union-find class ``root`` (None if not chosen yet)."""
+    for r, lay in root_layout:
+        if col._is(r, root):
+            return lay
+    return None
+
+
+def _assign(layouts: dict[Any, FragmentLayout], members: list[Any], shape: list[Any], lay: FragmentLayout) -> None:
+    """Give every member of a class the layout (all members must have the class's constant shape)."""
+    for m in members:
+        if [const_int(x) for x in m.shape] != shape or None in shape:
+            raise _err(f"fragment {m.name} must have a constant shape equal to the fragments it is combined "
+                       "with", None)
+        layouts[m] = lay
 
 
 def _err(msg: str, span: Any) -> TileLangCompileError:
@@ -247,8 +304,13 @@ def infer_fragment_layouts_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
         else:
             classes.append((root, [f]))
     layouts: dict[Any, FragmentLayout] = {}
-    for _, members in classes:
+    root_layout: list[tuple[Any, FragmentLayout]] = []
+    deferred: list[list[Any]] = []
+    for root, members in classes:
         plans = [p for m in members for p in col.gemm_plans.get(m, [])]
+        if not plans and _row_candidate(col, members):
+            deferred.append(members)
+            continue
         shape = [const_int(x) for x in members[0].shape]
         ebytes = max(dtype_bytes(str(m.dtype)) for m in members)
         rep_members = [m for m in members if m in col.needs_rep]
@@ -274,11 +336,14 @@ def infer_fragment_layouts_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
                 if m in col.nonid_write:
                     raise _err(f"fragment {m.name} is written at indices other than the T.Parallel loop variables; "
                                "write a fragment as X[i, j] with the loop's own variables", col.nonid_write[m])
-        for m in members:
-            if [const_int(x) for x in m.shape] != shape or None in shape:
-                raise _err(f"fragment {m.name} must have a constant shape equal to the fragments it is combined "
-                           "with", None)
-            layouts[m] = lay
+        _assign(layouts, members, shape, lay)
+        root_layout.append((root, lay))
+    for members in deferred:
+        shape = [const_int(x) for x in members[0].shape]
+        lay = _row_layout(col, members, root_layout, threads)
+        if lay is None:
+            lay = FragmentLayout.replicated(shape, threads)
+        _assign(layouts, members, shape, lay)
     locals_map: dict[Any, Any] = {}
     for f, lay in layouts.items():
         locals_map[f] = tirx.decl_buffer((lay.num_regs,), str(f.dtype), f.name, scope="local")

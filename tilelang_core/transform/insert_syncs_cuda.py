@@ -76,9 +76,19 @@ def _accesses(s: Any) -> tuple[set[Any], set[Any]]:
             writes.add(ld.source)
         return c
 
+    if _is_pipeline_call(s):
+        return set(), set()
     tvm_ffi.structural_map(s, [(tirx.Evaluate, tile), (tirx.BufferStore, store), (tvm.ir.Call, call)])
     reads.update(ld.source for ld in loads_in(s))
     return {b for b in reads if is_shared(b)}, {b for b in writes if is_shared(b)}
+
+
+def _is_pipeline_call(s: Any) -> bool:
+    """``tl::pipe_*`` template calls of a fused pipelined mainloop carry their own waits and barriers."""
+    if not isinstance(s, tirx.Evaluate) or not isinstance(s.value, tvm.ir.Call) or not s.value.args:
+        return False
+    name = s.value.args[0]
+    return isinstance(name, tvm.ir.StringImm) and str(name.value).startswith("tl::pipe_")
 
 
 def _union(a: _State, b: _State) -> _State:

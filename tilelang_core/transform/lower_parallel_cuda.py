@@ -67,6 +67,18 @@ def _has_calls(node: Any) -> bool:
     return bool(found)
 
 
+def _allocated_in(node: Any) -> list[Any]:
+    """Buffers allocated inside ``node``."""
+    out: list[Any] = []
+
+    def rec(s: Any) -> Any:
+        out.append(s.buffer)
+        return s
+
+    tvm_ffi.structural_map(node, [(tirx.AllocBuffer, rec)])
+    return out
+
+
 class LowerParallelCUDA(Rewriter):
     pass_name = "tl.LowerParallelCUDA"
 
@@ -79,9 +91,10 @@ class LowerParallelCUDA(Rewriter):
         self.bind_loop(self.tid, tirx.IntImm("int32", 0), tirx.IntImm("int32", self.threads))
 
     # -- fragment access rewriting --------------------------------------------------------------------------
-    def map_fragments(self, body: Any, vs: list[Any], reg: Any) -> Any:
-        """Distributed fragment accesses at the nest's own indices -> register ``reg``; replicated ones -> the
-        thread's full copy."""
+    def map_fragments(self, body: Any, vs: list[Any], reg: Any, nest: FragmentLayout | None = None) -> Any:
+        """Distributed fragment accesses at the nest's own indices -> register ``reg``; row values of an ``mma``
+        nest (``m[i]`` with the ``mma_row`` layout of the nest) -> the thread's register for that row; replicated
+        fragments -> the thread's full copy."""
 
         def is_identity(idx: list[Any]) -> bool:
             return len(idx) == len(vs) and all(i.same_as(v) for i, v in zip(idx, vs))
@@ -91,6 +104,10 @@ class LowerParallelCUDA(Rewriter):
             if not is_fragment(buf):
                 return ld
             lay = self.layouts[buf]
+            idx = list(ld.indices)
+            if (lay.kind == "mma_row" and nest is not None and nest.kind == "mma" and isinstance(reg, int)
+                    and len(vs) == 2 and len(idx) == 1 and idx[0].same_as(vs[0]) and nest.row_layout() == lay):
+                return tirx.BufferLoad(self.locals[buf], [tirx.IntImm("int32", nest.row_reg(reg))])
             if lay.distributed:
                 if reg is None or not is_identity(list(ld.indices)):
                     self.error(None, f"fragment {buf.name} is distributed over threads and must be read as "
@@ -214,12 +231,21 @@ class LowerParallelCUDA(Rewriter):
         accessed = [ld.source for ld in loads_in(body)] + [st.buffer for st in _stores_in(body)]
         dist = [b for b in accessed if is_fragment(b) and self.layouts[b].distributed]
         written = [st.buffer for st in _stores_in(body)]
-        per_thread_written = [b for b in written if (is_fragment(b) and not self.layouts[b].distributed)
-                              or b.scope() in ("local", "local.var")]
+        # a scalar allocated inside the nest (``q = ...`` in the loop body) is private to one iteration: it does
+        # not make the nest sequential per-thread code
+        private = _allocated_in(body)
+        per_thread_written = [b for b in written if ((is_fragment(b) and not self.layouts[b].distributed)
+                                                     or b.scope() in ("local", "local.var"))
+                              and not any(b.same_as(p) for p in private)]
         if dist:
             lay = self.layouts[dist[0]]
-            for b in dist[1:]:
-                if self.layouts[b] != lay:
+            for b in dist:  # the nest iterates over the 2-D layout; row fragments of it are read per row
+                if self.layouts[b].kind != "mma_row":
+                    lay = self.layouts[b]
+                    break
+            for b in dist:
+                bl = self.layouts[b]
+                if bl != lay and not (bl.kind == "mma_row" and lay.kind == "mma" and lay.row_layout() == bl):
                     self.error(s.span, f"T.Parallel combines fragments {dist[0].name} and {b.name} of different "
                                        "layouts")
                     return s
@@ -247,11 +273,11 @@ class LowerParallelCUDA(Rewriter):
     def lower_over_layout(self, s: Any, vs: list[Any], exts: list[int], body: Any, lay: FragmentLayout) -> Any:
         vec = lay.vec if lay.kind == "blocked" else 1
         n_regs = lay.num_regs
-        force = lay.kind == "mma"
+        force = lay.const_regs
 
         def elem(reg: Any, guarded: bool) -> Any:
             coords, valid = lay.coords(self.tid, reg, self.ana)
-            b = substitute(self.map_fragments(body, vs, reg), dict(zip(vs, coords)))
+            b = substitute(self.map_fragments(body, vs, reg, lay), dict(zip(vs, coords)))
             if guarded:
                 b = self.guard_globals(b)
             return tirx.IfThenElse(valid, b, None) if valid is not None else b

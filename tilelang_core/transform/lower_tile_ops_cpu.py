@@ -29,6 +29,7 @@ from .validate_tile_ops import tile_op_name
 
 _NAMES = "ijklmn"
 ForKind = tirx.ForKind
+_DOT_MAX_M = 2  # T.gemm with a transposed B and at most this many rows of C: dot-product kernel (decode shapes)
 
 
 def _dtype_bytes(dtype: str) -> int:
@@ -167,16 +168,15 @@ class LowerTileOpsCPU(Rewriter):
             return s
         acc = c.buffer.dtype
         stmts: list[Any] = []
+        if tb and not ta and M <= _DOT_MAX_M and self._dot_fits(a, da, b, db, c, dc, N, K):
+            return self._gemm_dot(s, a, da, b, db, c, dc, M, N, K, clear)
 
         def A(i: Any, k: Any) -> Any:  # noqa: N802
             return _cast(_load(a.buffer, indices_at(a, da, [k, i] if ta else [i, k])), acc)
 
         if tb:  # pack B^T into a K-major panel so the micro-kernel's B loads are contiguous
             bp, alloc_bp = _alloc([K, N], b.buffer.dtype, "B_packed")
-            def pack(co: list[Any]) -> Any:
-                return _store(bp, _load(b.buffer, indices_at(b, db, [co[1], co[0]])), [co[0], co[1]])
-
-            stmts += [alloc_bp, self.nest([K, N], pack, s.span)]
+            stmts += [alloc_bp, self._transpose_pack(b, db, bp, K, N, s.span)]
 
             def B(k: Any, j: Any) -> Any:  # noqa: N802
                 return _cast(_load(bp, [k, j]), acc)
@@ -225,6 +225,77 @@ class LowerTileOpsCPU(Rewriter):
             stmts.append(make_for(jo, N // nr, micro(tirx.IntImm("int32", full * mr), tail), span=s.span))
         return seq(stmts, s.span)
 
+    def _transpose_pack(self, b: Region, db: list[int], bp: Any, K: int, N: int, span: Any) -> Any:
+        """``bp[k, n] = B[n, k]`` for a (N, K) tile of B.
+
+        Element by element this is a strided gather (LLVM emits vector gathers, or scalar loads), which cost as
+        much as the gemm itself when M is small (decode) and a fifth of attention's ``Q K^T``. When both extents
+        are multiples of the SIMD width L and K is B's contiguous dimension, the tile is transposed in L x L
+        blocks held in registers instead: L vector loads, log2(L) rounds of two-source shuffles
+        (``vpermt2ps``/``vperm2f128``-class) and L vector stores per block.
+        """
+        L = self.lanes(b.buffer.dtype)
+        contiguous_k = db[1] == len(b.buffer.shape) - 1
+        if L < 2 or L & (L - 1) or N % L or K % L or not contiguous_k:
+            def pack(co: list[Any]) -> Any:
+                return _store(bp, _load(b.buffer, indices_at(b, db, [co[1], co[0]])), [co[0], co[1]])
+
+            return self.nest([K, N], pack, span)
+        n0, k0 = new_var("n0"), new_var("k0")
+        self.bind_loop(n0, 0, N // L)
+        self.bind_loop(k0, 0, K // L)
+        loads = [tirx.BufferLoad(b.buffer, _ramp_last(indices_at(b, db, [n0 * L + r, k0 * L]), L)) for r in range(L)]
+        stmts, cols = _register_transpose(loads, f"{b.buffer.dtype}x{L}")
+        for c in range(L):  # cols[c] holds column c of the block
+            stmts.append(tirx.BufferStore(bp, cols[c], [k0 * L + c, tirx.Ramp(n0 * L, 1, L)]))
+        return make_for(n0, N // L, make_for(k0, K // L, seq(stmts)), span=span)
+
+    def _dot_fits(self, a: Region, da: list[int], b: Region, db: list[int], c: Region, dc: list[int], N: int,
+                  K: int) -> bool:
+        """Whether ``_gemm_dot`` applies: K contiguous in A and B, N and K multiples of a power-of-two width."""
+        L = self.lanes(c.buffer.dtype)
+        return (L > 1 and L & (L - 1) == 0 and N % L == 0 and K % L == 0
+                and da[1] == len(a.buffer.shape) - 1 and db[1] == len(b.buffer.shape) - 1
+                and dc[1] == len(c.buffer.shape) - 1)
+
+    def _gemm_dot(self, s: Any, a: Region, da: list[int], b: Region, db: list[int], c: Region, dc: list[int],
+                  M: int, N: int, K: int, clear: bool) -> Any:
+        """``C (+)= A @ B^T`` for a few rows of A (the decode shape), as dot products along the contiguous K.
+
+        With one or two rows, packing B^T costs more than the multiply-adds it feeds. Here L columns of C are done
+        at once: L vector accumulators (one per column, lanes running over K) take ``A[i, k:k+L] * B[j, k:k+L]``
+        for the whole K, then a register transpose turns the L accumulators into L vectors whose sum holds the L
+        dot products, added to ``C[i, j0:j0+L]`` with one vector store.
+        """
+        acc = c.buffer.dtype
+        L = self.lanes(acc)
+        vdt = f"{acc}x{L}"
+        regs = [_alloc([L], acc, f"C_dot{r}") for r in range(L)]
+        lane = tirx.Ramp(tirx.IntImm("int32", 0), 1, L)
+        i, jo, k0 = new_var("i"), new_var("jo"), new_var("k0")
+        for v, e in ((i, M), (jo, N // L), (k0, K // L)):
+            self.bind_loop(v, 0, e)
+
+        def vec(x: Any) -> Any:
+            return x if dtype_of(x) == vdt else tirx.Cast(vdt, x)
+
+        zero = tirx.Broadcast(tirx.const(0, acc), L)
+        init = [tirx.BufferStore(buf, zero, [lane]) for buf, _ in regs]
+        a_vec = vec(tirx.BufferLoad(a.buffer, _ramp_last(indices_at(a, da, [i, k0 * L]), L)))
+        av = tvm.ir.Var("a_vec", vdt)
+        fma = [tirx.Bind(av, a_vec)] + [
+            tirx.BufferStore(buf, tirx.BufferLoad(buf, [lane]) + av * vec(tirx.BufferLoad(
+                b.buffer, _ramp_last(indices_at(b, db, [jo * L + r, k0 * L]), L))), [lane])
+            for r, (buf, _) in enumerate(regs)]
+        finish, parts = _register_transpose([tirx.BufferLoad(buf, [lane]) for buf, _ in regs], vdt)
+        while len(parts) > 1:  # tree sum of the transposed rows: element r is column r's dot product
+            parts = [parts[x] + parts[x + 1] for x in range(0, len(parts), 2)]
+        cidx = _ramp_last(indices_at(c, dc, [i, jo * L]), L)
+        total = parts[0] if clear else tirx.BufferLoad(c.buffer, cidx) + parts[0]
+        finish.append(tirx.BufferStore(c.buffer, total, cidx))
+        body = seq(init + [make_for(k0, K // L, seq(fma))] + finish)
+        return seq([alloc for _, alloc in regs] + [make_for(i, M, make_for(jo, N // L, body), span=s.span)], s.span)
+
     def _gemm_simple(self, s: Any, M: int, N: int, K: int, A: Any, B: Any, C: Any, cbuf: Any, clear: bool) -> Any:
         i, j, k = new_var("i"), new_var("j"), new_var("k")
         body = tirx.BufferStore(cbuf, _load(cbuf, C(i, j)) + A(i, k) * B(k, j), C(i, j))
@@ -264,10 +335,13 @@ class LowerTileOpsCPU(Rewriter):
             init = tirx.const(0, dt)
         elif kind == "absmax":
             init = tirx.const(0, dt)
-        elif kind == "max":
-            init = tirx.min_value(dt)
-        else:
-            init = tirx.max_value(dt)
+        elif kind in ("max", "min"):
+            # floats start from -inf / +inf (TileLang's identity): the max of a fully masked row stays -inf
+            is_float = dt.startswith(("float", "bfloat"))
+            if kind == "max":
+                init = -tirx.infinity(dt) if is_float else tirx.min_value(dt)
+            else:
+                init = tirx.infinity(dt) if is_float else tirx.max_value(dt)
 
         def f(x: Any) -> Any:
             x = _cast(x, dt)
@@ -361,6 +435,41 @@ class LowerTileOpsCPU(Rewriter):
             return self.nest(list(r.extents), body, s.span)
         fmt, v = _printf_arg(obj)
         return tirx.Evaluate(tirx.call_extern("int32", "printf", tvm.ir.StringImm(f"{prefix}{fmt}\n"), v), span=s.span)
+
+
+def _ramp_last(idx: list[Any], lanes: int) -> list[Any]:
+    """``idx`` with its last (contiguous) index widened to ``lanes`` consecutive elements."""
+    return list(idx[:-1]) + [tirx.Ramp(idx[-1], 1, lanes)]
+
+
+def _register_transpose(rows: list[Any], vdt: str) -> tuple[list[Any], list[Any]]:
+    """Transpose L vectors of L lanes held in registers: returns (Bind statements, L column vectors).
+
+    log2(L) rounds; round ``h`` swaps the off-diagonal h x h blocks of every 2h x 2h block with one two-source
+    shuffle per vector (LLVM emits ``vpermt2ps``/``vunpck*``/``vshuf*``).
+    """
+    L = len(rows)
+    stmts: list[Any] = []
+    cur: list[Any] = []
+    for r, e in enumerate(rows):
+        v = tvm.ir.Var(f"row{r}", vdt)
+        stmts.append(tirx.Bind(v, e))
+        cur.append(v)
+    half, rnd = L // 2, 0
+    while half >= 1:
+        nxt = list(cur)
+        for i in range(L):
+            if i & half:
+                continue
+            j = i + half
+            lo = [tirx.IntImm("int32", x if x & half == 0 else L + x - half) for x in range(L)]
+            hi = [tirx.IntImm("int32", x + half if x & half == 0 else L + x) for x in range(L)]
+            for dst, ids in ((i, lo), (j, hi)):
+                v = tvm.ir.Var(f"t{rnd}_{dst}", vdt)
+                stmts.append(tirx.Bind(v, tirx.Shuffle([cur[i], cur[j]], ids)))
+                nxt[dst] = v
+        cur, half, rnd = nxt, half // 2, rnd + 1
+    return stmts, cur
 
 
 def _printf_arg(v: Any) -> tuple[str, Any]:

@@ -292,7 +292,7 @@ class LowerTileOpsCUDA(Rewriter):
             return _guard(conds, tirx.BufferStore(other.buffer, _cast(_load(loc, ramp), f"{odt}x{vec}"), oi_vec))
 
         n_regs = lay.num_regs
-        force = lay.kind == "mma"
+        force = lay.const_regs
         if use_vec:
             fast = self.unrolled(n_regs // vec, lambda q: chunk(q, False), force)
             tconds = self.tile_in_bounds(other)
@@ -312,6 +312,10 @@ class LowerTileOpsCUDA(Rewriter):
         """Copy between global/shared/per-thread tiles with the block's threads taking consecutive chunks."""
         sdt, ddt = str(src.buffer.dtype), str(dst.buffer.dtype)
         ks, kd = self.kind(src.buffer), self.kind(dst.buffer)
+        if not exts:  # one element (every extent 1): thread 0 moves it
+            si, di = indices_at(src, sd, []), indices_at(dst, dd, [])
+            st = self.guarded_write(dst.buffer, self.guarded_read(src.buffer, si, ddt), di)
+            return tirx.IfThenElse(tirx.EQ(self.tid, 0), st, None)
         max_es = max(dtype_bytes(sdt), dtype_bytes(ddt))
         vec = 1
         contiguous = (ks in ("G", "S") and kd in ("G", "S") and sd and dd and sd[-1] == len(src.buffer.shape) - 1
@@ -406,7 +410,7 @@ class LowerTileOpsCUDA(Rewriter):
                 for c, m, e in zip(coords, r.mins, r.extents):
                     conds += [tirx.GE(c, m), tirx.LT(c, m + e)]
                 return _guard(conds, st)
-            return self.unrolled(lay.num_regs, one, lay.kind == "mma")
+            return self.unrolled(lay.num_regs, one, lay.const_regs)
         if k == "R":
             return self.nest(exts, lambda co: self.write(r.buffer, value, indices_at(r, dims, co)))
         total = 1
@@ -446,7 +450,7 @@ class LowerTileOpsCUDA(Rewriter):
                 coords, valid = lay.coords(self.tid, reg, self.ana)
                 st = tirx.BufferStore(scratch, _load(loc, [reg]), coords)
                 return _guard([valid] if valid is not None else [], st)
-            stmts.append(self.unrolled(lay.num_regs, one, lay.kind == "mma"))
+            stmts.append(self.unrolled(lay.num_regs, one, lay.const_regs))
         else:
             stmts.append(self.nest(shape, lambda co: tirx.BufferStore(scratch, self.read(a.buffer, co), co)))
         stmts.append(sync_stmt())
@@ -461,10 +465,12 @@ class LowerTileOpsCUDA(Rewriter):
             self.error(s.span, "T.gemm: tile extents must be compile-time constants on CUDA")
             return s
         stmts: list[Any] = []
+        clay = self.layouts.get(c.buffer) if is_fragment(c.buffer) else None
         a_frag = is_fragment(a.buffer)
+        if a_frag and self._a_in_registers(ops, clay):
+            return self._gemm_rs(s, ops, clay, stmts)
         if a_frag:
             a = self._stage_a(a, ops["ta"], stmts, s.span)
-        clay = self.layouts.get(c.buffer) if is_fragment(c.buffer) else None
         if clay is not None and clay.kind == "mma":
             return self._gemm_mma(s, ops, a, b, c, clay, stmts)
         return self._gemm_fma(s, ops, a, b, c, clay, stmts)
@@ -481,6 +487,39 @@ class LowerTileOpsCUDA(Rewriter):
         ta, tb = int(ops["ta"]), int(ops["tb"])
         name = f"tl::gemm_ss<{M}, {N}, {K}, {lay.warp_m}, {lay.warp_n}, {ta}, {tb}, {swa}, {swb}>"
         stmts.append(extern(name, tirx.address_of(_load(a.buffer, a.mins)), tirx.address_of(_load(b.buffer, b.mins)),
+                            tirx.address_of(_load(loc, [_imm(0)]))))
+        return seq(stmts, s.span)
+
+    def _a_in_registers(self, ops: dict[str, Any], clay: FragmentLayout | None) -> bool:
+        """A fragment A operand whose ``mma`` layout already is the A-operand layout of the next mma.sync.
+
+        The m16n8k16 accumulator of two neighbouring 8-column atoms, packed to half2, is exactly the A fragment of
+        a 16-wide k-step (flash attention's P = softmax(S) feeding P @ V). That needs the A tile spread over the
+        same warp rows as C, each warp holding whole rows of A (warp grid ``warp_m x 1`` for both).
+        """
+        a, b = ops["a"], ops["b"]
+        alay = self.layouts.get(a.buffer)
+        if alay is None or alay.kind != "mma" or clay is None or clay.kind != "mma" or ops["ta"]:
+            return False
+        adt = str(a.buffer.dtype)
+        if adt not in ("float16", "bfloat16") or str(b.buffer.dtype) != adt or str(ops["c"].buffer.dtype) != "float32":
+            return False
+        whole_a = all(const_int(m) == 0 for m in a.mins) and [const_int(e) for e in a.extents] == list(alay.shape)
+        return (whole_a and alay.warp_n == 1 and clay.warp_n == 1 and alay.warp_m == clay.warp_m
+                and alay.shape == (ops["M"], ops["K"]) and ops["K"] % 16 == 0 and is_shared(b.buffer))
+
+    def _gemm_rs(self, s: Any, ops: dict[str, Any], lay: FragmentLayout, stmts: list[Any]) -> Any:
+        """``tl::gemm_rs``: A straight from the registers of its (mma-layout) fragment, B by ldmatrix."""
+        a, b, c = ops["a"], ops["b"], ops["c"]
+        loc = self.locals[c.buffer]
+        if ops["clear"]:
+            stmts.append(self.unrolled(lay.num_regs, lambda r: tirx.BufferStore(loc, tirx.const(0, str(loc.dtype)),
+                                                                                  [r]), True))
+        swb = self.swizzle.get(b.buffer, 0)
+        M, N, K = ops["M"], ops["N"], ops["K"]
+        name = f"tl::gemm_rs<{M}, {N}, {K}, {lay.warp_m}, {int(ops['tb'])}, {swb}>"
+        aloc = self.locals[a.buffer]
+        stmts.append(extern(name, tirx.address_of(_load(aloc, [_imm(0)])), tirx.address_of(_load(b.buffer, b.mins)),
                             tirx.address_of(_load(loc, [_imm(0)]))))
         return seq(stmts, s.span)
 
@@ -508,7 +547,7 @@ class LowerTileOpsCUDA(Rewriter):
             loc = self.locals[c.buffer]
             if clear:
                 stmts.append(self.unrolled(lay.num_regs, lambda r: tirx.BufferStore(loc, tirx.const(0, acc), [r]),
-                                           lay.kind == "mma"))
+                                           lay.const_regs))
 
             def upd(reg: Any) -> Any:
                 coords, valid = lay.coords(self.tid, reg, self.ana)
@@ -516,7 +555,7 @@ class LowerTileOpsCUDA(Rewriter):
                 st = tirx.BufferStore(loc, _load(loc, [reg]) + A(i, k) * B(k, j), [reg])
                 return _guard([valid] if valid is not None else [], st)
 
-            inner = self.unrolled(lay.num_regs, upd, lay.kind == "mma")
+            inner = self.unrolled(lay.num_regs, upd, lay.const_regs)
             stmts.append(make_for(k, K, inner, ForKind.UNROLLED if K <= 8 else ForKind.SERIAL))
             return seq(stmts, s.span)
         # per-thread accumulator (replicated fragment or local tile): every thread computes the whole product
@@ -550,12 +589,13 @@ class LowerTileOpsCUDA(Rewriter):
         for e in kext:
             D *= e
         same_rank = len(dst.extents) == rank
+        is_float = dt.startswith(("float", "bfloat"))
         if kind in ("sum", "abssum", "absmax"):
             init = tirx.const(0, dt)
-        elif kind == "max":
-            init = tirx.min_value(dt)
+        elif kind == "max":  # floats start from -inf / +inf, as on the CPU (a fully masked row stays -inf)
+            init = -tirx.infinity(dt) if is_float else tirx.min_value(dt)
         else:
-            init = tirx.max_value(dt)
+            init = tirx.infinity(dt) if is_float else tirx.max_value(dt)
         op = {"sum": "SumOp", "abssum": "SumOp", "max": "MaxOp", "absmax": "MaxOp", "min": "MinOp"}[kind]
 
         def f(x: Any) -> Any:
@@ -574,6 +614,8 @@ class LowerTileOpsCUDA(Rewriter):
             full = (list(keep_coords[:dim]) + [_imm(0)] + list(keep_coords[dim:])) if same_rank else list(keep_coords)
             return [m + x for m, x in zip(dst.mins, full)]
 
+        if self._row_reduce_ok(src, dst, dim, sext):
+            return self._reduce_rows(s, src, dst, init, f, comb, op, clear)
         part = tirx.decl_buffer((D,), dt, "red_part", scope="local")
         stmts: list[Any] = [tirx.AllocBuffer(part)]
         stmts.append(self.unrolled(D, lambda d: tirx.BufferStore(part, init, [d]), True) if D <= 256 else
@@ -594,7 +636,7 @@ class LowerTileOpsCUDA(Rewriter):
                 d = dflat([rel[x] for x in keep])
                 st = tirx.BufferStore(part, comb(_load(part, [d]), f(_load(loc, [reg]))), [d])
                 return _guard(conds, st)
-            stmts.append(self.unrolled(lay.num_regs, acc_reg, lay.kind == "mma"))
+            stmts.append(self.unrolled(lay.num_regs, acc_reg, lay.const_regs))
         elif ks == "R":
             cross = False
 
@@ -634,7 +676,7 @@ class LowerTileOpsCUDA(Rewriter):
                     val = comb(_load(dloc, [reg]), val)
                 conds = [valid] if valid is not None else []
                 return _guard(conds, tirx.BufferStore(dloc, _cast(val, str(dloc.dtype)), [reg]))
-            stmts.append(self.unrolled(dlay.num_regs, wr, dlay.kind == "mma"))
+            stmts.append(self.unrolled(dlay.num_regs, wr, dlay.const_regs))
         else:
             def wr_full(co: list[Any]) -> Any:
                 di = dst_idx(co)
@@ -643,6 +685,48 @@ class LowerTileOpsCUDA(Rewriter):
                     val = comb(self.read(dst.buffer, di), val)
                 return self.write(dst.buffer, val, di)
             stmts.append(self.nest(kext, wr_full) if kext else wr_full([]))
+        return seq(stmts, s.span)
+
+    def _row_reduce_ok(self, src: Region, dst: Region, dim: int, sext: list[int]) -> bool:
+        """A row reduction of an ``mma`` accumulator into the ``mma_row`` fragment of its rows."""
+        if self.kind(src.buffer) != "F" or self.kind(dst.buffer) != "F" or dim != 1 or len(sext) != 2:
+            return False
+        slay, dlay = self.layouts[src.buffer], self.layouts[dst.buffer]
+        if slay.kind != "mma" or dlay.kind != "mma_row" or slay.row_layout() != dlay:
+            return False
+        whole_src = all(const_int(m) == 0 for m in src.mins) and sext == list(slay.shape)
+        whole_dst = all(const_int(m) == 0 for m in dst.mins) and [const_int(e) for e in dst.extents] == list(
+            dlay.shape)
+        return whole_src and whole_dst
+
+    def _reduce_rows(self, s: Any, src: Region, dst: Region, init: Any, f: Any, comb: Any, op: str,
+                     clear: bool) -> Any:
+        """Each thread folds its accumulator registers into one partial per row it holds, then
+        ``tl::row_allreduce`` combines the four lanes of each quad (and the warps of a warp row through shared
+        memory when the warp grid splits N): no per-row partials for rows the thread does not hold."""
+        slay, dlay = self.layouts[src.buffer], self.layouts[dst.buffer]
+        loc, dloc = self.locals[src.buffer], self.locals[dst.buffer]
+        dt = str(dst.buffer.dtype)
+        R = dlay.num_regs
+        part = tirx.decl_buffer((R,), dt, "row_part", scope="local")
+        stmts: list[Any] = [tirx.AllocBuffer(part)]
+        stmts += [tirx.BufferStore(part, init, [_imm(r)]) for r in range(R)]
+        for reg in range(slay.num_regs):
+            rr = _imm(slay.row_reg(reg))
+            stmts.append(tirx.BufferStore(part, comb(_load(part, [rr]), f(_load(loc, [_imm(reg)]))), [rr]))
+        args = [tirx.address_of(_load(part, [_imm(0)]))]
+        if slay.warp_n > 1:
+            scratch = tirx.decl_buffer(((self.threads // 32) * 8 * R,), dt, "red_smem", scope="shared")
+            stmts.append(tirx.AllocBuffer(scratch))
+            args.append(tirx.address_of(_load(scratch, [_imm(0)])))
+        else:  # quad shuffles only: the scratch argument is unused
+            args.append(tirx.address_of(_load(part, [_imm(0)])))
+        stmts.append(extern(f"tl::row_allreduce<tl::{op}, {slay.warp_n}, {R}>", *args))
+        for r in range(R):
+            val = _load(part, [_imm(r)])
+            if not clear:
+                val = comb(_load(dloc, [_imm(r)]), val)
+            stmts.append(tirx.BufferStore(dloc, _cast(val, str(dloc.dtype)), [_imm(r)]))
         return seq(stmts, s.span)
 
     # -- atomic_add ----------------------------------------------------------------------------------------
@@ -683,7 +767,7 @@ class LowerTileOpsCUDA(Rewriter):
                     conds += [tirx.GE(coords[d], src.mins[d]), tirx.LT(coords[d], src.mins[d] + src.extents[d])]
                 conds = [c for c in conds if not self.prove(c)]
                 return _guard(conds, self._atomic(dst.buffer, indices_at(dst, dd, tc), _load(loc, [reg])))
-            return self.unrolled(lay.num_regs, one, lay.kind == "mma")
+            return self.unrolled(lay.num_regs, one, lay.const_regs)
         total = 1
         for e in exts:
             total *= e

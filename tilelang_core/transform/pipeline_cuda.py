@@ -14,13 +14,17 @@ so ``s - 1`` tile loads are in flight while the tensor cores work on the current
 iteration (it also guarantees that the stage about to be overwritten has been consumed by every thread). The
 producer copies are marked asynchronous: ``tl.LowerTileOpsCUDA`` turns them into ``cp.async`` (16-byte,
 zero-filling the parts of a ragged tile outside the tensor) where alignment allows, and into ordinary loads and
-stores otherwise — the schedule is correct either way. A loop the pattern does not fit (a producer's tile read
-before it is written in the body, or used outside the loop) runs unpipelined, with the barriers
-``tl.InsertSyncsCUDA`` places.
+stores otherwise — the schedule is correct either way. When the consumer part is a single tensor-core ``T.gemm``
+on the pipelined tiles (the quickstart's loop), the loop body becomes one call of ``tl::pipe_gemm_step``, which
+moves the wait and the barrier into the last k-step of each tile so that they, and the first ``ldmatrix`` of the
+next tile, overlap tensor-core work (CUTLASS's multistage schedule; ``TILELANG_CORE_CUDA_FUSED_GEMM=0`` turns
+it off). A loop the pattern does not fit (a producer's tile read before it is written in the body, or used outside
+the loop) runs unpipelined, with the barriers ``tl.InsertSyncsCUDA`` places.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import tvm
@@ -29,9 +33,21 @@ from tvm import tirx
 
 from ..language._ir import Region
 from ..language.loops import STAGES_ATTR
-from ._cuda_common import ATTR_SWIZZLE, extern, is_shared, loads_in, substitute, swizzles_of, sync_stmt
+from ._cuda_common import (
+    ATTR_SWIZZLE,
+    extern,
+    is_shared,
+    layouts_of,
+    loads_in,
+    locals_of,
+    substitute,
+    swizzles_of,
+    sync_stmt,
+)
+from ._cuda_layouts import MMA_DTYPES
 from ._regions import is_global
 from ._rewriter import Rewriter, const_int, seq
+from .infer_fragment_layouts_cuda import gemm_operands, is_whole_tile
 from .validate_tile_ops import tile_op_name
 
 
@@ -100,10 +116,13 @@ def _mark_async(s: Any) -> Any:
 class PipelineCUDA(Rewriter):
     pass_name = "tl.PipelineCUDA"
 
-    def __init__(self, uses: dict[Any, int]) -> None:
+    def __init__(self, func: tirx.PrimFunc, uses: dict[Any, int]) -> None:
         super().__init__()
         self.uses = uses  # buffer -> number of statements touching it in the whole kernel
         self.remap: dict[Any, Any] = {}
+        self.layouts = layouts_of(func)
+        self.locals = locals_of(func)
+        self.swizzle = swizzles_of(func)
 
     def visit_For(self, s: Any) -> Any:  # noqa: N802
         if STAGES_ATTR not in s.annotations:
@@ -164,11 +183,57 @@ class PipelineCUDA(Rewriter):
         cond = tirx.LT(ahead, n)
         if not self.prove(cond):
             issue = tirx.IfThenElse(self.ana.simplify(cond), issue, None)
+        fused = self._fused_gemm(consumers, remap, stages)
+        if fused is not None:
+            tmpl, a_buf, b_buf, c_loc, frag = fused
+
+            def ptr(buf: Any, stage: Any) -> Any:
+                return tirx.address_of(tirx.BufferLoad(buf, [stage] + [tirx.IntImm("int32", 0)] * (len(buf.shape)
+                                                                                                   - 1)))
+
+            zero = tirx.IntImm("int32", 0)
+            f0 = tirx.address_of(tirx.BufferLoad(frag, [zero]))
+            prologue += [tirx.AllocBuffer(frag), extern(f"tl::cp_async_wait<{stages - 2}>"), sync_stmt(),
+                         extern(f"tl::pipe_gemm_prefetch<{tmpl}>", ptr(a_buf, zero), ptr(b_buf, zero), f0)]
+            cur, nxt = tirx.floormod(k0, stages), tirx.floormod(k0 + 1, stages)
+            step = extern(f"tl::pipe_gemm_step<{tmpl}, {stages - 2}>", ptr(a_buf, cur), ptr(b_buf, cur),
+                          ptr(a_buf, nxt), ptr(b_buf, nxt), tirx.address_of(tirx.BufferLoad(c_loc, [zero])), f0,
+                          tirx.LT(k0 + 1, n))
+            loop_body = seq([issue, commit, step])
+            loop = tirx.For(k, s.min, n, tirx.ForKind.SERIAL, loop_body, None, ann or None, None, s.span)
+            epilogue = [extern("tl::cp_async_wait<0>"), sync_stmt()]
+            return seq([*prologue, loop, *epilogue], s.span)
         cons = [_with_stage(c, remap, tirx.floormod(k0, stages)) for c in consumers]
         loop_body = seq([extern(f"tl::cp_async_wait<{stages - 2}>"), sync_stmt(), issue, commit, *cons])
         loop = tirx.For(k, s.min, n, tirx.ForKind.SERIAL, loop_body, None, ann or None, None, s.span)
         epilogue = [extern("tl::cp_async_wait<0>"), sync_stmt()]
         return seq([*prologue, loop, *epilogue], s.span)
+
+
+    def _fused_gemm(self, consumers: list[Any], remap: dict[Any, Any], stages: int) -> tuple | None:
+        """When the consumer part is one tensor-core T.gemm on the pipelined tiles (the quickstart's loop), the
+        parameters of the fused mainloop template; else None."""
+        if os.environ.get("TILELANG_CORE_CUDA_FUSED_GEMM", "1") == "0":
+            return None
+        if len(consumers) != 1 or not isinstance(consumers[0], tirx.Evaluate):
+            return None
+        if tile_op_name(consumers[0]) != "tl.gemm":
+            return None
+        ops = gemm_operands(consumers[0], self.ana)
+        a, b, c = ops["a"].buffer, ops["b"].buffer, ops["c"].buffer
+        lay = self.layouts.get(c)
+        if lay is None or lay.kind != "mma" or str(c.dtype) != "float32" or ops["clear"]:
+            return None
+        if a not in remap or b not in remap or not (is_whole_tile(ops["a"]) and is_whole_tile(ops["b"])):
+            return None
+        if len(a.shape) != 2 or len(b.shape) != 2 or str(a.dtype) not in MMA_DTYPES or a.dtype != b.dtype:
+            return None
+        mt, nt = lay.mma_tiles
+        frag = tirx.decl_buffer((mt * 4 + nt * 2,), "uint32", "mma_frag", scope="local")
+        swa, swb = self.swizzle.get(a, 0), self.swizzle.get(b, 0)
+        tmpl = (f"{ops['M']}, {ops['N']}, {ops['K']}, {lay.warp_m}, {lay.warp_n}, {int(ops['ta'])}, {int(ops['tb'])}, "
+                f"{swa}, {swb}")
+        return tmpl, remap[a], remap[b], self.locals[c], frag
 
 
 def _count_uses(body: Any) -> dict[Any, int]:
@@ -198,7 +263,7 @@ def _count_uses(body: Any) -> dict[Any, int]:
 
 
 def pipeline_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    pipe = PipelineCUDA(_count_uses(func.body))
+    pipe = PipelineCUDA(func, _count_uses(func.body))
     func = pipe.run(func)
     if not pipe.remap:
         return func

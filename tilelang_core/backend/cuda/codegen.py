@@ -119,5 +119,9 @@ def generate(mod: Any, arch: str = "sm_90", instruments: list[Any] | None = None
     source = HEADER + rt.inspect_source("")
     if not re.search(rf"__global__\s+void\s+(__launch_bounds__\(\d+\)\s+)?{re.escape(kname)}\s*\(", source):
         raise TileLangCompileError(f"kernel {kname} not found in the generated CUDA source", stage="codegen")
+    cluster = func.attrs["tl.cluster_dims"] if func.attrs is not None and "tl.cluster_dims" in func.attrs else None
+    if cluster is not None:  # a compile-time cluster shape (split-K through distributed shared memory)
+        dims = ", ".join(str(int(c)) for c in cluster)
+        source = re.sub(r"__global__\s+void\s+", f"__global__ void __cluster_dims__({dims}) ", source)
     return CudaSource(source=source, kernel=kname, arg_names=arg_names, grid=grid, block=[threads, 1, 1],
                       dyn_smem=smem, timings={"codegen": t1 - t0})

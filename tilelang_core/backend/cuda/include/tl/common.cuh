@@ -22,4 +22,11 @@ __device__ __forceinline__ int swizzle(int byte_off) {
   }
 }
 
+// 2^x with the SFU's ex2.approx.ftz (tl.FastExpCUDA): relative error ~2^-22, subnormal results flush to zero.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 }  // namespace tl

@@ -49,4 +49,37 @@ __device__ __forceinline__ void block_allreduce(T* vals, T* scratch) {
   }
 }
 
+// Row reduction of an mma.sync accumulator (the `mma_row` layout): vals[0..R) are this thread's partials for the
+// R rows it holds (rows lane/4 and lane/4 + 8 of each 16-row atom of its warp row). The four lanes of a quad hold
+// the same rows, so two xor-shuffles combine them; when the warp grid splits N (WARP_N > 1), the WARP_N warps of
+// a warp row combine through shared memory (scratch: (THREADS / 32) * 8 * R elements; unused when WARP_N == 1).
+// Every holder ends with the same value (same combination order).
+template <class Op, int WARP_N, int R, typename T>
+__device__ __forceinline__ void row_allreduce(T* vals, T* scratch) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    T v = vals[r];
+    v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, 2));
+    vals[r] = v;
+  }
+  if constexpr (WARP_N > 1) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int wr = warp / WARP_N;
+    __syncthreads();  // an earlier execution of this call may still be reading scratch
+    if (lane % 4 == 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) scratch[(warp * 8 + lane / 4) * R + r] = vals[r];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      T v = scratch[((wr * WARP_N) * 8 + lane / 4) * R + r];
+#pragma unroll
+      for (int c = 1; c < WARP_N; ++c) v = Op::apply(v, scratch[((wr * WARP_N + c) * 8 + lane / 4) * R + r]);
+      vals[r] = v;
+    }
+  }
+}
+
 }  // namespace tl

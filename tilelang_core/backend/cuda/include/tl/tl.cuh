@@ -9,3 +9,4 @@
 #include "tl/copy.cuh"
 #include "tl/gemm.cuh"
 #include "tl/reduce.cuh"
+#include "tl/dequant.cuh"

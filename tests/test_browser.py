@@ -1,0 +1,75 @@
+"""The tuning panel in a real browser: JupyterLab + Debian's Chromium driven by Playwright.
+
+Runs ``notebooks/02_tuning.ipynb`` with "Run All Cells", moves the GEMM panel's ``block_M`` slider with the keyboard,
+and checks that the throughput plot gained a point and the status line changed. A screenshot of the panel goes to
+``.artifacts/browser/`` (CI keeps it). Needs ``apt-get install chromium`` and ``pip install -e '.[browser]'``; skipped
+without them, except in CI (``CI`` set), where their absence is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from labdriver import JupyterLab, browser_available, chromium_page, open_notebook, run_all, set_parameters
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = Path(os.environ.get("WORKBENCH_ARTIFACTS", ROOT / ".artifacts" / "browser"))
+
+missing = browser_available()
+if missing and not os.environ.get("CI"):
+    pytest.skip(f"real-browser test: {missing}", allow_module_level=True)
+
+PANEL = ".wb-panel >> nth=0"
+POINTS = """() => {
+  const gd = document.querySelector('.wb-panel .wb-throughput');  // the plotly graph div itself
+  const trace = gd && gd.data ? gd.data.find(t => t.name === 'this session') : null;
+  return trace && trace.x ? trace.x.length : -1;
+}"""
+MARKERS = """() => {
+  const gd = document.querySelector('.wb-panel .wb-throughput');
+  return gd ? gd.querySelectorAll('.scatterlayer path.point').length : -1;
+}"""
+STATUS = "() => { const s = document.querySelector('.wb-panel .wb-status'); return s ? s.innerText.trim() : ''; }"
+
+
+def test_panel_slider_moved_with_the_keyboard_updates_the_plot(tmp_path):
+    assert missing is None, missing
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    nb = root / "02_tuning.ipynb"
+    shutil.copy(ROOT / "notebooks" / "02_tuning.ipynb", nb)
+    set_parameters(nb, 'size = 256\nrows, cols = 512, 256\nsweep_grid = "block_M=64,128 block_N=64,128"')
+    env = {"TILELANG_CORE_TUNING_DB": str(tmp_path / "tuning.sqlite3"), "PYTHONPATH": str(ROOT)}
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with JupyterLab(root, env=env, log=tmp_path / "jupyter.log") as lab, chromium_page() as page:
+        try:
+            open_notebook(page, lab, "02_tuning.ipynb")
+            run_all(page)
+            panel = page.locator(PANEL)
+            panel.scroll_into_view_if_needed()
+            page.wait_for_function(f"() => ({POINTS})() >= 4", timeout=60_000)  # initial, block_M=128, sweep x2
+            # the status line is redrawn just after the plots: wait for it rather than race it
+            page.wait_for_function(f"() => ({STATUS})().includes('block_M=64')", timeout=60_000)
+            before_points = page.evaluate(POINTS)
+            before_markers = page.evaluate(MARKERS)
+            before_status = page.evaluate(STATUS)
+            assert "block_M=64" in before_status, before_status
+
+            handle = page.locator(".wb-panel .wb-knob-block_M .noUi-handle >> nth=0")
+            handle.focus()
+            page.keyboard.press("ArrowLeft")  # 64 -> 32: a configuration not measured yet
+            page.wait_for_function(
+                f"() => ({POINTS})() > {before_points} && ({STATUS})().includes('block_M=32') && "
+                f"({STATUS})().includes('PASS')", timeout=120_000)
+            after_status = page.evaluate(STATUS)
+            assert after_status != before_status
+            assert page.evaluate(POINTS) == before_points + 1
+            assert page.evaluate(MARKERS) > before_markers  # drawn, not only received
+        finally:
+            page.screenshot(path=str(ARTIFACTS / "02_tuning_page.png"))
+            if page.locator(".wb-panel").count():
+                page.locator(PANEL).screenshot(path=str(ARTIFACTS / "02_tuning_panel.png"))
+    assert (ARTIFACTS / "02_tuning_panel.png").stat().st_size > 10_000

@@ -1,0 +1,283 @@
+"""The tuning database: every measurement ever taken, in SQLite, shared by all sessions on the machine.
+
+Why this module exists: tuning is slow and its results outlive a notebook. Every measurement (tuner or workbench
+panel) is appended here — kernel identity, configuration, shapes, dtypes, target, device, library versions, latency
+median and spread, error against the reference, timestamp — so the panel can plot history and
+``best(kernel, shapes, target)`` can answer from earlier sessions.
+
+Location: ``$TILELANG_CORE_TUNING_DB`` (a file path), else ``tuning.sqlite3`` under the kernel cache's root
+(``$TILELANG_CORE_CACHE_DIR``, else ``$XDG_CACHE_HOME/tilelang_core``, else ``~/.cache/tilelang_core``).
+
+Concurrency: two notebooks (processes) and background threads may write at once. The database runs in WAL mode
+(readers never block writers), every operation opens its own short-lived connection (sqlite3 connections are not
+shared between threads), writes are single ``BEGIN IMMEDIATE`` transactions, and a busy database is waited for
+(``busy_timeout``) and retried rather than reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import statistics
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .record import Measurement, jsonable, kernel_identity
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 30_000
+THIS_DEVICE = "this"
+_COLUMNS = ("kernel", "module", "source_hash", "config", "shapes", "dtypes", "target", "device", "host", "versions",
+            "status", "message", "latency_ms", "p20_ms", "p80_ms", "min_ms", "runs", "ref_ms", "max_abs", "max_rel",
+            "rtol", "atol", "passed", "flops", "bytes", "compile_s", "timestamp", "pid")
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS measurements (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kernel TEXT NOT NULL, module TEXT, source_hash TEXT,
+    config TEXT NOT NULL, shapes TEXT NOT NULL, dtypes TEXT NOT NULL,
+    target TEXT NOT NULL, device TEXT NOT NULL, host TEXT, versions TEXT,
+    status TEXT NOT NULL, message TEXT,
+    latency_ms REAL, p20_ms REAL, p80_ms REAL, min_ms REAL, runs INTEGER, ref_ms REAL,
+    max_abs REAL, max_rel REAL, rtol REAL, atol REAL, passed INTEGER,
+    flops REAL, bytes REAL, compile_s REAL,
+    timestamp REAL NOT NULL, pid INTEGER
+);
+CREATE INDEX IF NOT EXISTS measurements_lookup ON measurements (kernel, target, shapes);
+"""
+
+
+def default_path() -> Path:
+    """``$TILELANG_CORE_TUNING_DB``, else ``<kernel cache root>/tuning.sqlite3``."""
+    env = os.environ.get("TILELANG_CORE_TUNING_DB")
+    if env:
+        return Path(env).expanduser()
+    from ..jit.cache import cache_dir
+
+    return cache_dir() / "tuning.sqlite3"
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(jsonable(value), sort_keys=True, separators=(",", ":"))
+
+
+def canonical_shapes(shapes: Any) -> str:
+    """Parameter shapes as stored: ``[[512,512],[512,512],[512,512]]``."""
+    return _canon([list(s) for s in shapes])
+
+
+class TuningDB:
+    """A handle on one tuning database file (cheap: it holds only the path)."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path).expanduser() if path is not None else default_path()
+        self._ready = False
+
+    def __repr__(self) -> str:
+        return f"<TuningDB {self.path}>"
+
+    # -- connections -----------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def connect(self) -> Iterator[sqlite3.Connection]:
+        """A fresh connection (autocommit; callers open transactions), closed on exit."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            if not self._ready:
+                self._retry(lambda: self._init(conn))
+                self._ready = True
+            yield conn
+        finally:
+            conn.close()
+
+    @staticmethod
+    def _init(conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA journal_mode = WAL")  # persistent: once set, every later connection is in WAL mode
+        conn.execute("PRAGMA synchronous = NORMAL")
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)  # IF NOT EXISTS: two processes creating it at once is harmless
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @staticmethod
+    def _retry(fn: Any, attempts: int = 20) -> Any:
+        """Run ``fn``; a "database is locked/busy" error (past the busy timeout) is retried with back-off."""
+        for i in range(attempts):
+            try:
+                return fn()
+            except sqlite3.OperationalError as e:
+                text = str(e).lower()
+                if ("locked" not in text and "busy" not in text) or i == attempts - 1:
+                    raise
+                time.sleep(min(0.05 * 2**i, 1.0))
+        return None
+
+    # -- writing ---------------------------------------------------------------------------------------------
+    def record(self, m: Measurement) -> int:
+        """Append one measurement; returns its row id (also set on ``m.id``)."""
+        import socket
+
+        row = {
+            "kernel": m.kernel, "module": m.module, "source_hash": m.source_hash, "config": _canon(m.config),
+            "shapes": canonical_shapes(m.shapes), "dtypes": _canon(m.dtypes), "target": m.target,
+            "device": m.device, "host": socket.gethostname(), "versions": _canon(m.versions), "status": m.status,
+            "message": m.message, "latency_ms": m.latency_ms, "p20_ms": m.p20_ms, "p80_ms": m.p80_ms,
+            "min_ms": m.min_ms, "runs": m.runs, "ref_ms": m.ref_ms, "max_abs": m.max_abs, "max_rel": m.max_rel,
+            "rtol": m.rtol, "atol": m.atol, "passed": None if m.passed is None else int(bool(m.passed)),
+            "flops": m.flops, "bytes": m.bytes, "compile_s": m.compile_s, "timestamp": m.timestamp,
+            "pid": os.getpid(),
+        }
+        sql = (f"INSERT INTO measurements ({', '.join(_COLUMNS)}) "
+               f"VALUES ({', '.join(':' + c for c in _COLUMNS)})")
+
+        def write() -> int:
+            with self.connect() as conn:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    cur = conn.execute(sql, row)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                return int(cur.lastrowid)
+
+        m.id = self._retry(write)
+        return m.id
+
+    def clear(self, kernel: str | None = None) -> int:
+        """Delete every row (or one kernel's rows); returns how many."""
+        def delete() -> int:
+            with self.connect() as conn:
+                if kernel is None:
+                    cur = conn.execute("DELETE FROM measurements")
+                else:
+                    cur = conn.execute("DELETE FROM measurements WHERE kernel = ?", (kernel,))
+                return cur.rowcount
+
+        return int(self._retry(delete))
+
+    # -- reading ---------------------------------------------------------------------------------------------
+    def query(self, kernel: Any = None, shapes: Any = None, target: Any = None, device: str | None = THIS_DEVICE,
+              status: str | None = None, source_hash: str | None = None,
+              limit: int | None = None) -> list[Measurement]:
+        """Measurements, oldest first, filtered by any of:
+
+        - ``kernel``: a name (``"matmul_relu"`` or ``"module.matmul_relu"``) — any source; or the factory itself —
+          its name *and* its current source (an edited kernel starts afresh);
+        - ``shapes``: parameter shapes (``[(512, 512), (512, 512), (512, 512)]``), or factory arguments that must
+          match (``{"M": 512, "N": 512, "K": 512}``);
+        - ``target``: ``"cpu"``/``"cuda"`` (or a target dict); ``device``: a device name, ``"this"`` (default: this
+          machine's device for the target) or ``None`` (any);
+        - ``status``: e.g. ``"ok"``.
+        """
+        where, params = [], []
+        if kernel is not None:
+            if isinstance(kernel, str):
+                where.append("(kernel = ? OR module || '.' || kernel = ?)")
+                params += [kernel, kernel]
+            else:
+                name, _module, digest = kernel_identity(kernel)
+                where.append("kernel = ?")
+                params.append(name)
+                source_hash = source_hash or digest
+        if source_hash is not None:
+            where.append("source_hash = ?")
+            params.append(source_hash)
+        match: dict[str, Any] = {}
+        if isinstance(shapes, dict):
+            match = {k: jsonable(v) for k, v in shapes.items()}
+        elif shapes is not None:
+            where.append("shapes = ?")
+            params.append(canonical_shapes(shapes))
+        kind = None
+        if target is not None:
+            from ..machine import target_kind
+
+            kind = target_kind(target)
+            where.append("target = ?")
+            params.append(kind)
+        if device == THIS_DEVICE:
+            from ..machine import device_name
+
+            kinds = [kind] if kind else ["cpu", "cuda"]
+            where.append("(" + " OR ".join("(target = ? AND device = ?)" for _ in kinds) + ")")
+            for k in kinds:
+                params += [k, device_name(k)]
+        elif device is not None:
+            where.append("device = ?")
+            params.append(device)
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        sql = "SELECT id, " + ", ".join(_COLUMNS) + " FROM measurements"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY timestamp, id"
+
+        def read() -> list[tuple]:
+            with self.connect() as conn:
+                return conn.execute(sql, params).fetchall()
+
+        rows = [self._measurement(r) for r in self._retry(read)]
+        if match:
+            rows = [m for m in rows if all(jsonable(m.config.get(k)) == v for k, v in match.items())]
+        return rows[-limit:] if limit else rows
+
+    def best(self, kernel: Any, shapes: Any = None, target: Any = None,
+             device: str | None = THIS_DEVICE) -> Measurement | None:
+        """The best configuration known for ``kernel`` at ``shapes`` on ``target`` (see :meth:`query`).
+
+        Only configurations that ran and matched the reference (or had none) count. A configuration measured more
+        than once is ranked by the median of its measurements; the newest measurement of the winner is returned.
+        """
+        rows = [m for m in self.query(kernel, shapes, target, device) if m.ok]
+        by_config: dict[str, list[Measurement]] = {}
+        for m in rows:
+            by_config.setdefault(_canon(m.config), []).append(m)
+        if not by_config:
+            return None
+        ranked = min(by_config.values(), key=lambda ms: statistics.median(m.latency_ms for m in ms))
+        return ranked[-1]
+
+    def kernels(self) -> list[str]:
+        """Names of every kernel with measurements."""
+        def read() -> list[tuple]:
+            with self.connect() as conn:
+                return conn.execute("SELECT DISTINCT kernel FROM measurements ORDER BY kernel").fetchall()
+
+        return [r[0] for r in self._retry(read)]
+
+    def __len__(self) -> int:
+        def read() -> int:
+            with self.connect() as conn:
+                return int(conn.execute("SELECT COUNT(*) FROM measurements").fetchone()[0])
+
+        return int(self._retry(read))
+
+    @staticmethod
+    def _measurement(row: tuple) -> Measurement:
+        d = dict(zip(("id", *_COLUMNS), row))
+        passed = d.pop("passed")
+        d.pop("host")
+        d.pop("pid")
+        for key in ("config", "shapes", "dtypes", "versions"):
+            d[key] = json.loads(d[key]) if d[key] else ({} if key in ("config", "versions") else [])
+        return Measurement(passed=None if passed is None else bool(passed), **d)
+
+
+def best(kernel: Any, shapes: Any = None, target: Any = None, device: str | None = THIS_DEVICE,
+         db: TuningDB | str | Path | None = None) -> Measurement | None:
+    """The best known configuration for ``kernel`` (name or factory) at ``shapes`` on ``target``, across sessions.
+
+    ``best("matmul_relu", {"M": 512, "N": 512, "K": 512}, "cpu").config`` -> ``{"block_M": 128, ...}``; ``None``
+    when nothing that passed has been measured.
+    """
+    handle = db if isinstance(db, TuningDB) else TuningDB(db)
+    return handle.best(kernel, shapes, target, device)
+
+
+__all__ = ["TuningDB", "best", "default_path", "canonical_shapes", "THIS_DEVICE"]

@@ -1,0 +1,153 @@
+"""One measurement of one configuration: what was tried, where, and what came out.
+
+Why this module exists: the tuner, the tuning database and the workbench's panel all pass the same facts around —
+the kernel's identity (name and a hash of its source), the configuration, the problem (parameter shapes and
+dtypes), target and device, library versions, the latency with its spread, the error against the reference, and
+why a configuration failed. :class:`Measurement` is that record; it knows how to turn itself into the achieved
+rate and the arithmetic intensity that the plots draw.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+OK = "ok"
+COMPILE_ERROR = "compile_error"
+RUN_ERROR = "run_error"
+CHECK_FAILED = "check_failed"
+STATUSES = (OK, COMPILE_ERROR, RUN_ERROR, CHECK_FAILED)
+
+
+def kernel_identity(factory: Any, name: str | None = None) -> tuple[str, str, str]:
+    """``(name, module, source_hash)`` of a kernel factory (plain function or ``@jit`` factory).
+
+    The hash covers the factory's source text (found through ``inspect``, which also reads notebook cells that were
+    registered in ``linecache``), so an edited kernel does not inherit the old kernel's best configuration.
+    """
+    func = getattr(factory, "factory", factory)
+    qual = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or type(func).__name__
+    qual = qual.rsplit("<locals>.", 1)[-1]  # a factory defined inside a function: its own name
+    module = getattr(func, "__module__", None) or ""
+    try:
+        text = inspect.getsource(func)
+    except (OSError, TypeError):
+        code = getattr(func, "__code__", None)
+        text = repr((code.co_code, code.co_consts)) if code is not None else qual
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return name or qual, module, digest
+
+
+def library_versions() -> dict[str, str]:
+    """Versions that change generated code or timings."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .. import __version__
+
+    out = {"tilelang_core": __version__}
+    for dist in ("apache-tvm", "apache-tvm-ffi", "torch"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = "absent"
+    return out
+
+
+def jsonable(value: Any) -> Any:
+    """A config value as JSON can hold it (ints, floats, strings, bools, None; lists of them; else ``repr``)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    return repr(value)
+
+
+@dataclass
+class Measurement:
+    """The outcome of trying one configuration (``status`` is ``ok``, ``compile_error``, ``run_error`` or
+    ``check_failed``); latencies in ms, errors against the reference, work per call for the rate."""
+
+    kernel: str
+    config: dict[str, Any]
+    status: str = OK
+    message: str = ""
+    module: str = ""
+    source_hash: str = ""
+    shapes: list[list[int]] = field(default_factory=list)
+    dtypes: list[str] = field(default_factory=list)
+    target: str = "cpu"
+    device: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+    latency_ms: float | None = None  # median
+    p20_ms: float | None = None
+    p80_ms: float | None = None
+    min_ms: float | None = None
+    runs: int = 0
+    ref_ms: float | None = None
+    max_abs: float | None = None
+    max_rel: float | None = None
+    rtol: float | None = None
+    atol: float | None = None
+    passed: bool | None = None  # None: no reference given
+    flops: float | None = None
+    bytes: float | None = None
+    compile_s: float | None = None
+    timestamp: float = field(default_factory=time.time)
+    id: int | None = None  # row id, once stored
+
+    @property
+    def ok(self) -> bool:
+        """Ran, was timed, and matched the reference (or had none)."""
+        return self.status == OK and self.latency_ms is not None and self.passed is not False
+
+    @property
+    def unit(self) -> str:
+        return "GFLOP/s" if self.flops else "GB/s"
+
+    def rate(self, ms: float | None = None) -> float | None:
+        """Achieved GFLOP/s (when the FLOP count is known), else GB/s, at ``ms`` (default: the median)."""
+        ms = self.latency_ms if ms is None else ms
+        if not ms or ms <= 0:
+            return None
+        work = self.flops if self.flops else self.bytes
+        return work / (ms * 1e-3) / 1e9 if work else None
+
+    @property
+    def gflops(self) -> float | None:
+        return self.flops / (self.latency_ms * 1e-3) / 1e9 if self.flops and self.latency_ms else None
+
+    @property
+    def intensity(self) -> float | None:
+        """FLOP per byte of parameters moved (each read or written once)."""
+        return self.flops / self.bytes if self.flops and self.bytes else None
+
+    def label(self, keys: list[str] | None = None) -> str:
+        """``block_M=64, block_N=128`` over ``keys`` (default: the whole config)."""
+        items = [(k, self.config[k]) for k in (keys or list(self.config)) if k in self.config]
+        return ", ".join(f"{k}={v}" for k, v in items)
+
+    def describe(self, keys: list[str] | None = None) -> str:
+        """One line: the config (``keys`` of it, default all) and what happened."""
+        label = self.label(keys)
+        if self.status == COMPILE_ERROR:
+            return f"{label}: compile error: {self.message}"
+        if self.status == RUN_ERROR:
+            return f"{label}: failed to run: {self.message}"
+        rate = self.rate()
+        text = f"{label}: {self.latency_ms:.4f} ms" if self.latency_ms is not None else label
+        if rate is not None:
+            text += f" ({rate:.1f} {self.unit})"
+        if self.max_rel is not None:
+            text += f", max rel err {self.max_rel:.1e}"
+        if self.status == CHECK_FAILED:
+            text += " FAIL"
+        return text
+
+
+__all__ = ["Measurement", "kernel_identity", "library_versions", "jsonable", "OK", "COMPILE_ERROR", "RUN_ERROR",
+           "CHECK_FAILED", "STATUSES"]

@@ -1,0 +1,298 @@
+"""Sweeping configurations: compile them (in parallel where possible), measure them one by one, keep the best.
+
+Why this module exists: finding a good tile configuration is a search, and every result is worth keeping. The
+programmatic form :func:`tune` takes a factory, a config list or grid and the problem arguments; it compiles the
+configurations in worker processes (see :mod:`.workers`; factories that workers cannot import are compiled in this
+process), skips those that fail with their reason, then checks and times the rest *sequentially* (two kernels timed
+at once, or a kernel timed while others compile, would measure each other), records every measurement in the
+tuning database, and shows a tqdm progress bar. The decorator form :class:`AutoTuner` wraps a ``@jit`` factory:
+calling it with the problem arguments tunes once per argument set and returns the best compiled kernel.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..target import resolve_target
+from . import workers as workers_mod
+from .db import TuningDB, best
+from .measure import MeasurementCancelledError, as_tuple, inputs_for, measure
+from .progress import progress_bar
+from .record import COMPILE_ERROR, Measurement, kernel_identity, library_versions
+from .space import as_configs, factory_args
+
+
+@dataclass
+class TuneResult:
+    """Every measurement of one sweep, in the order tried; ``best`` is the fastest that passed."""
+
+    kernel: str
+    args: dict[str, Any]
+    measurements: list[Measurement] = field(default_factory=list)
+    reference_ms: float | None = None
+    seconds: float = 0.0
+    compiled_in: str = "process"  # "workers" | "process"
+    tuned: list[str] = field(default_factory=list)  # the arguments the sweep varied
+    _jit: Any = field(default=None, repr=False)
+    _kernels: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def best(self) -> Measurement | None:
+        good = [m for m in self.measurements if m.ok]
+        return min(good, key=lambda m: m.latency_ms) if good else None
+
+    @property
+    def best_config(self) -> dict[str, Any] | None:
+        b = self.best
+        return dict(b.config) if b is not None else None
+
+    @property
+    def failures(self) -> list[Measurement]:
+        return [m for m in self.measurements if not m.ok]
+
+    def kernel_for(self, config: dict[str, Any]) -> Any:
+        """The compiled kernel of one configuration (from the caches: it was compiled during the sweep)."""
+        key = repr(sorted(config.items()))
+        if key not in self._kernels:
+            self._kernels[key] = self._jit(**config)
+        return self._kernels[key]
+
+    @property
+    def best_kernel(self) -> Any:
+        b = self.best
+        if b is None:
+            raise RuntimeError(f"{self.kernel}: no configuration compiled, ran and passed:\n{self.table()}")
+        return self.kernel_for(b.config)
+
+    def table(self, limit: int | None = None) -> str:
+        """The measurements as text, fastest first, failures last."""
+        good = sorted((m for m in self.measurements if m.latency_ms is not None), key=lambda m: m.latency_ms)
+        rows = good + [m for m in self.measurements if m.latency_ms is None]
+        lines = [m.describe(self.tuned or None) for m in rows[:limit]]
+        if self.reference_ms is not None:
+            lines.append(f"reference: {self.reference_ms:.4f} ms")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        b = self.best
+        best_txt = b.describe(self.tuned or None) if b is not None else "none passed"
+        return (f"<TuneResult {self.kernel}: {len(self.measurements)} configs, {len(self.failures)} failed, "
+                f"best {best_txt}>")
+
+
+def _database(db: Any) -> TuningDB | None:
+    if db is None or db is False:
+        return None
+    if db is True:
+        return TuningDB()
+    return db if isinstance(db, TuningDB) else TuningDB(Path(db))
+
+
+def _worker_count(workers: int | None, n: int, ref: Any) -> int:
+    """How many compile processes: none for one config, an unimportable factory, or without a disk cache."""
+    from ..jit.cache import disk_cache_enabled
+
+    if ref is None or n < 2 or not disk_cache_enabled() or not workers_mod.main_is_guarded():
+        return 0
+    if workers is None:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cores = os.cpu_count() or 1
+        workers = min(cores, n) if cores > 1 else 0
+    return max(0, min(int(workers), n))
+
+
+def tune(factory: Any, configs: Any, *, args: dict[str, Any] | None = None, ref: Callable[..., Any] | None = None,
+         rtol: float | None = None, atol: float | None = None, out_idx: Any = None, target: Any = None,
+         workers: int | None = None, db: Any = True, name: str | None = None, progress: bool = True,
+         warmup: float = 25.0, rep: float = 100.0, on_result: Callable[[Measurement], None] | None = None,
+         should_stop: Callable[[], bool] | None = None) -> TuneResult:
+    """Try every configuration of ``factory`` at the problem ``args`` and return the measurements.
+
+    ``configs``: a list of dicts, a grid ``{"block_M": [64, 128], ...}``, or a space string
+    ``"block_M=64,128 num_stages=1:3"``. ``ref``: the torch reference (called with the inputs), checked with
+    ``rtol``/``atol`` (default by output dtype). ``workers``: compile processes (default: one per core; 0 compiles
+    here). ``db``: record in the tuning database (True: the default one; a path or :class:`TuningDB`; False: not).
+    ``on_result(m)`` sees each measurement as it is recorded; ``should_stop()`` ends the sweep early.
+    """
+    t_start = time.perf_counter()
+    cfgs = as_configs(configs)
+    if not cfgs:
+        raise ValueError("tune: no configurations to try")
+    fixed = dict(args or {})
+    calls = [{**fixed, **c} for c in cfgs]
+    kname, module, source_hash = kernel_identity(factory, name)
+    jf = workers_mod.jitted(factory, out_idx, target)
+    backend = resolve_target(jf.target)
+    database = _database(db)
+    versions = library_versions()
+    ref_spec = workers_mod.factory_ref(factory)
+    n_workers = _worker_count(workers, len(calls), ref_spec)
+    result = TuneResult(kernel=kname, args=fixed, compiled_in="workers" if n_workers else "process", _jit=jf,
+                        tuned=list(dict.fromkeys(k for c in cfgs for k in c)))
+    bar = progress_bar(len(calls), f"{kname}: compiling" if n_workers else f"{kname}: tuning", enable=progress)
+    failed: dict[int, tuple[str, float]] = {}
+    compile_times: dict[int, float] = {}
+    try:
+        if n_workers:
+            bar.set_description(f"{kname}: compiling ({n_workers} processes)")
+
+            def done(i: int, why: str | None, seconds: float) -> None:
+                compile_times[i] = seconds
+                if why:
+                    failed[i] = (why, seconds)
+                bar.update(1)
+
+            workers_mod.compile_parallel(ref_spec, calls, jf.out_idx, jf.target, n_workers, on_done=done)
+            bar.reset(total=len(calls))
+            bar.set_description(f"{kname}: timing")
+        problems: dict[str, tuple[list[Any], tuple[Any, ...] | None, float | None]] = {}
+        for i, call in enumerate(calls):
+            if should_stop is not None and should_stop():
+                break
+            m = Measurement(kernel=kname, config=factory_args(factory, call), module=module,
+                            source_hash=source_hash, versions=versions, target=backend)
+            kernel = None
+            if i in failed:
+                m.status, m.message = COMPILE_ERROR, failed[i][0]
+            else:
+                t0 = time.perf_counter()
+                try:
+                    kernel = jf(**call)
+                except Exception as e:  # noqa: BLE001 - skip the config, keep its reason
+                    m.status, m.message = COMPILE_ERROR, workers_mod.reason(e)
+                m.compile_s = compile_times.get(i, time.perf_counter() - t0)
+            if kernel is None:
+                from ..machine import device_name
+
+                m.device = device_name(backend)
+            else:
+                m.config = {**m.config, **kernel.config} if kernel.config else m.config
+                try:
+                    ins, ref_outs, ref_ms = _problem(problems, kernel, ref, warmup, rep)
+                    measure(kernel, m, inputs=ins, ref_outputs=ref_outs, rtol=rtol, atol=atol, warmup=warmup,
+                            rep=rep, should_stop=should_stop)
+                    m.ref_ms = ref_ms
+                    result.reference_ms = ref_ms
+                except MeasurementCancelledError:
+                    break
+            if database is not None:
+                database.record(m)
+            result.measurements.append(m)
+            if on_result is not None:
+                on_result(m)
+            bar.update(1)
+            b = result.best
+            if b is not None and b.latency_ms is not None:
+                bar.set_postfix_str(f"best {b.latency_ms:.3f} ms", refresh=False)
+    finally:
+        bar.close()
+    result.seconds = time.perf_counter() - t_start
+    return result
+
+
+def _problem(cache: dict[str, Any], kernel: Any, ref: Callable[..., Any] | None, warmup: float,
+             rep: float) -> tuple[list[Any], tuple[Any, ...] | None, float | None]:
+    """Inputs, reference outputs and reference latency for the kernel's parameter shapes (computed once each)."""
+    key = repr([(p.shape, p.dtype) for p in kernel.params])
+    if key not in cache:
+        ins = inputs_for(kernel)
+        ref_outs = as_tuple(ref(*ins)) if ref is not None else None
+        ref_ms = float(kernel.get_profiler().do_bench(ref, inputs=ins, warmup=warmup, rep=rep)) if ref else None
+        cache[key] = (ins, ref_outs, ref_ms)
+    return cache[key]
+
+
+class AutoTuner:
+    """``@tilelang_core.autotune(configs=...)`` over a ``@jit`` factory: calling it tunes, returns the best kernel.
+
+    Tuning happens once per distinct set of call arguments (kept in :attr:`results`); passing any tuned argument
+    explicitly skips tuning and compiles that call as given. ``from_db=True`` reuses the tuning database's best
+    configuration for these arguments, when there is one, instead of sweeping again.
+    """
+
+    def __init__(self, factory: Any, configs: Any, *, from_db: bool = False, **options: Any):
+        self.factory = factory
+        self.configs = configs
+        self.from_db = from_db
+        self.options = options
+        self.results: dict[str, TuneResult] = {}
+        self._kernels: dict[str, Any] = {}
+        self.__wrapped__ = getattr(factory, "factory", factory)
+        self.__name__ = getattr(self.__wrapped__, "__name__", "kernel")
+        self.__doc__ = getattr(self.__wrapped__, "__doc__", None)
+
+    @property
+    def result(self) -> TuneResult | None:
+        """The most recent sweep."""
+        return next(reversed(self.results.values()), None) if self.results else None
+
+    def _given(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        sig = inspect.signature(self.__wrapped__)
+        try:
+            return dict(sig.bind_partial(*args, **kwargs).arguments)
+        except TypeError as e:
+            raise TypeError(f"{self.__name__}: {e}") from None
+
+    def tune(self, *args: Any, **kwargs: Any) -> TuneResult:
+        """Sweep for these problem arguments (always runs) and return the measurements."""
+        given = self._given(args, kwargs)
+        result = tune(self.factory, self.configs, args=given, **self.options)
+        self.results[repr(sorted(given.items()))] = result
+        return result
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        given = self._given(args, kwargs)
+        jf = workers_mod.jitted(self.factory, self.options.get("out_idx"), self.options.get("target"))
+        tuned = set().union(*as_configs(self.configs))
+        if tuned & set(given):
+            return jf(**given)
+        key = repr(sorted(given.items()))
+        if key in self._kernels:
+            return self._kernels[key]
+        if self.from_db:
+            known = best(self.factory, shapes=given, target=resolve_target(jf.target), db=self.options.get("db"))
+            if known is not None:
+                kernel = jf(**{**given, **{k: known.config[k] for k in tuned if k in known.config}})
+                self._kernels[key] = kernel
+                return kernel
+        kernel = self.tune(*args, **kwargs).best_kernel
+        self._kernels[key] = kernel
+        return kernel
+
+    def __repr__(self) -> str:
+        return f"<tilelang_core.autotune {self.__name__}: {len(self.results)} sweep(s)>"
+
+
+def autotune(func: Any = None, *, configs: Any = None, ref: Callable[..., Any] | None = None,
+             ref_prog: Callable[..., Any] | None = None, from_db: bool = False, **options: Any) -> Any:
+    """Decorate a kernel factory (usually above ``@tilelang_core.jit``)::
+
+        @tilelang_core.autotune(configs={"block_M": [64, 128], "block_N": [64, 128]}, ref=lambda A, B: A @ B)
+        @tilelang_core.jit(out_idx=[-1])
+        def matmul(M, N, K, block_M=64, block_N=64, block_K=32): ...
+
+        kernel = matmul(512, 512, 512)   # sweeps once, returns the best kernel; matmul.result has the table
+
+    Options are :func:`tune`'s (``rtol``, ``atol``, ``workers``, ``db``, ``progress``, ``warmup``, ``rep``, ...);
+    ``ref_prog`` is TileLang's name for ``ref``.
+    """
+    if configs is None:
+        raise TypeError("autotune: configs= is required (a list of dicts, a grid dict, or a space string)")
+    for legacy in ("timeout", "supply_type", "cache_input_tensors", "skip_check", "max_mismatched_ratio"):
+        options.pop(legacy, None)  # TileLang options with no meaning here
+
+    def wrap(f: Any) -> AutoTuner:
+        return AutoTuner(f, configs, ref=ref if ref is not None else ref_prog, from_db=from_db, **options)
+
+    return wrap(func) if func is not None else wrap
+
+
+__all__ = ["tune", "autotune", "AutoTuner", "TuneResult"]

@@ -1,0 +1,472 @@
+"""Pass: fuse an int4 unpacking ``T.Parallel`` nest into the tensor-core ``T.gemm`` that consumes it (W4A16).
+
+The classic dequantising GEMM stages its weights twice: the packed bytes are copied to shared memory, a
+``T.Parallel`` nest unpacks them into an fp16 shared tile, and ``T.gemm`` reads that tile back::
+
+    T.copy(B[bx * bn, k * bk // 2], B_packed)                 # uint8 (bn, bk/2): two int4 per byte
+    for i, j in T.Parallel(bn, bk):
+        B_shared[i, j] = T.cast(((B_packed[i, j // 2] >> 4 * (j % 2)) & 0xF) - z, "float16") * S(i, j)
+    T.gemm(A_shared, B_shared, C_local, transpose_B=True)
+
+Written out naively that is one shared-memory store and one ``ldmatrix`` read per weight, and a handful of
+integer instructions per weight: at decode sizes (M <= 16) it runs well below fp16 cuBLAS, although it moves a
+quarter of the bytes. This pass recognises the nest + gemm pair and replaces it with one call of
+``tl::gemm_dq4`` (``include/tl/dequant.cuh``), which unpacks in registers: each lane loads 16 bytes (32 weights)
+of its B row with one ``ld.shared.v4``, turns eight nibbles into four ``half2`` with the ``0x6400`` exponent trick
+(``lop3`` + ``hsub2`` + ``hmul2``: exact, and bit-identical to the program's ``(q - z) * s`` in fp16), and feeds
+them straight to ``mma.sync`` as B fragments. Because the order of a dot product's terms is free, the k indices
+of a fragment are permuted so that the nibbles a lane needs sit in one 32-bit word; the A fragments are loaded with
+the same permutation (16-byte ``ld.shared`` + ``prmt``). ``B_shared`` disappears (less shared memory, so deeper
+pipelines fit). The scale expression ``S(i, j)`` is the program's own, evaluated in TIR for the rows this thread
+holds (it must be constant over each lane's 32-wide k chunk: per-channel scales or groups that are multiples of 32).
+
+**Split-K across a thread-block cluster.** At decode sizes the grid is small (N / block_N blocks) and every
+block re-reads the whole A through L2 and shared memory, so wide N tiles are cheaper — but they leave SMs idle.
+When the fused loop is long and the grid fills less than half the SMs, the K loop is split over ``S`` blocks
+(``S`` = 2, 4 or 8, a new ``blockIdx.z``) that form one cluster (``__cluster_dims__(1, 1, S)``, sm_90): each
+accumulates its share of K, then ``tl::cluster_splitk_reduce`` adds the partial accumulators of ranks 1..S-1 into
+rank 0 through distributed shared memory (fixed order: deterministic, fp32, no atomics, no workspace, one launch)
+and rank 0 runs the program's own epilogue ``T.copy(C_local, C[...])``. ``TILELANG_CORE_CUDA_SPLIT_K`` = 1 turns it
+off, = S forces a split.
+
+Anything that does not match exactly — other dtypes, a nest that also writes elsewhere, a tile used by other
+statements, shapes the template cannot tile — is left alone and compiles the generic way
+(``TILELANG_CORE_CUDA_FUSE_DEQUANT=0`` turns the pass off, to measure what it buys).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from ..language._ir import dtype_of
+from ..language.loops import PARALLEL_ATTR, STAGES_ATTR
+from ._cuda_common import (
+    ATTR_LAUNCH,
+    extern,
+    find_thread_var,
+    is_fragment,
+    is_shared,
+    launch_info,
+    layouts_of,
+    loads_in,
+    locals_of,
+    parallel_nest,
+    substitute,
+    swizzles_of,
+    thread_count,
+)
+from ._regions import in_bounds_conds, is_global
+from ._rewriter import Rewriter, and_all, const_int, new_var
+from .infer_fragment_layouts_cuda import gemm_operands, is_whole_tile
+from .pipeline_cuda import _count_uses
+from .validate_tile_ops import tile_op_name
+
+ATTR_CLUSTER = "tl.cluster_dims"  # [x, y, z]: compile-time thread-block cluster shape (codegen adds __cluster_dims__)
+CHUNK_K = 32  # weights per lane per 16-byte load
+LANES_K = 4 * CHUNK_K  # k covered by the four lanes of a quad
+
+
+def _strip_casts(e: Any) -> Any:
+    """``e`` without the casts around it."""
+    while isinstance(e, tirx.Cast):
+        e = e.value
+    return e
+
+
+def _inline_scalars(body: Any) -> tuple[Any, Any] | None:
+    """The single shared-tile store of a nest body, with one-element local scalars (``q = ...``) inlined.
+
+    Returns ``(store, inlined value)`` or None when the body does anything else."""
+    stmts = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+    scalars: dict[Any, Any] = {}
+    out = None
+    for s in stmts:
+        if isinstance(s, tirx.AllocBuffer) and s.buffer.scope() in ("local", "local.var") and \
+                [const_int(x) for x in s.buffer.shape] == [1]:
+            continue
+        if not isinstance(s, tirx.BufferStore) or out is not None:
+            return None
+        if s.buffer.scope() in ("local", "local.var") and [const_int(x) for x in s.buffer.shape] == [1]:
+            scalars[s.buffer] = _subst_scalars(s.value, scalars)
+            continue
+        if not is_shared(s.buffer):
+            return None
+        out = (s, _subst_scalars(s.value, scalars))
+    return out
+
+
+def _subst_scalars(e: Any, scalars: dict[Any, Any]) -> Any:
+    """Replace loads of the one-element scalars in ``scalars`` by their values."""
+    if not scalars:
+        return e
+
+    def load(ld: Any) -> Any:
+        return scalars.get(ld.source, ld)
+
+    return tvm_ffi.structural_map(e, [(tvm.ir.TensorLoad, load)])
+
+
+class FuseDequantGemmCUDA(Rewriter):
+    """Replace each (unpack nest, T.gemm) pair of a statement sequence by the register-unpacking gemm."""
+
+    pass_name = "tl.FuseDequantGemmCUDA"
+
+    def __init__(self, func: tirx.PrimFunc) -> None:
+        super().__init__()
+        self.layouts = layouts_of(func)
+        self.locals = locals_of(func)
+        self.swizzle = swizzles_of(func)
+        self.uses = _count_uses(func.body)
+        self.tid = find_thread_var(func)
+        self.removed: list[Any] = []
+        self.fused_accumulators: list[Any] = []
+
+    def visit_SeqStmt(self, s: Any) -> Any:  # noqa: N802
+        s = super().visit_SeqStmt(s)
+        if not isinstance(s, tirx.SeqStmt):
+            return s
+        stmts = list(s.seq)
+        out: list[Any] = []
+        i = 0
+        while i < len(stmts):
+            if i + 1 < len(stmts):
+                fused = self.try_fuse(stmts[i], stmts[i + 1])
+                if fused is not None:
+                    out.append(fused)
+                    i += 2
+                    continue
+            out.append(stmts[i])
+            i += 1
+        return tirx.SeqStmt(out, span=s.span) if len(out) > 1 else out[0]
+
+    # -- matching ------------------------------------------------------------------------------------------
+    def try_fuse(self, nest: Any, gemm: Any) -> Any:
+        """The fused statement for ``nest`` followed by ``gemm``, or None when they do not match."""
+        if not (isinstance(nest, tirx.For) and PARALLEL_ATTR in nest.annotations):
+            return None
+        if not (isinstance(gemm, tirx.Evaluate) and tile_op_name(gemm) == "tl.gemm"):
+            return None
+        vs, exts, body = parallel_nest(nest, PARALLEL_ATTR)
+        if len(vs) != 2:
+            return None
+        exts_c = [const_int(e) for e in exts]
+        for v, e in zip(vs, exts):
+            self.bind_loop(v, tirx.IntImm("int32", 0), e)
+        got = _inline_scalars(body)
+        if got is None:
+            return None
+        store, value = got
+        W = store.buffer
+        if not (len(store.indices) == 2 and store.indices[0].same_as(vs[0]) and store.indices[1].same_as(vs[1])):
+            return None
+        if [const_int(x) for x in W.shape] != exts_c or str(W.dtype) != "float16" or self.uses.get(W, 0) != 2:
+            return None
+        ops = gemm_operands(gemm, self.ana)
+        a, b, c = ops["a"], ops["b"], ops["c"]
+        if not b.buffer.same_as(W) or not ops["tb"] or ops["ta"] or not is_whole_tile(b):
+            return None
+        if not (is_shared(a.buffer) and is_whole_tile(a) and len(a.buffer.shape) == 2 and str(a.buffer.dtype) ==
+                "float16"):
+            return None
+        lay = self.layouts.get(c.buffer) if is_fragment(c.buffer) else None
+        if lay is None or lay.kind != "mma" or str(c.buffer.dtype) != "float32" or ops["clear"]:
+            return None
+        N, K = ops["N"], ops["K"]
+        if [N, K] != exts_c or K % LANES_K or (N // lay.warp_n) % 8:
+            return None
+        pat = self.match_value(value, vs[0], vs[1], N, K)
+        if pat is None:
+            return None
+        P, zp, scale = pat
+        return self.emit(gemm, ops, lay, P, zp, scale, vs)
+
+    def match_value(self, value: Any, i: Any, j: Any, N: int, K: int) -> tuple[Any, int, Any] | None:
+        """``cast(q - z) * S`` with ``q`` the nibble ``(P[i, j // 2] >> 4 * (j % 2)) & 15``: (P, z, S or None)."""
+        if dtype_of(value) != "float16":
+            return None
+        found: list[Any] = []
+
+        def nib(e: Any) -> Any:
+            if isinstance(e, tirx.BitwiseAnd) and const_int(e.b) == 15 and isinstance(e.a, tirx.RShift):
+                found.append(e)
+            return e
+
+        tvm_ffi.structural_map(value, [(tirx.BitwiseAnd, nib)])
+        if len(found) != 1:
+            return None
+        e = found[0]
+        ld = _strip_casts(e.a.a)
+        if not isinstance(ld, tvm.ir.TensorLoad):
+            return None
+        P = ld.source
+        if not (is_shared(P) and str(P.dtype) == "uint8" and [const_int(x) for x in P.shape] == [N, K // 2]):
+            return None
+        pi, pj = list(ld.indices)
+        shift = e.a.b
+        m = new_var("m")
+        self.bind_loop(m, tirx.IntImm("int32", 0), tirx.IntImm("int32", K // 2))
+        if not self.prove(tirx.EQ(pi, i)):
+            return None
+        for r in (0, 1):
+            sub = {j: m * 2 + r}
+            if not (self.prove(tirx.EQ(substitute(pj, sub), m)) and
+                    self.prove(tirx.EQ(substitute(shift, sub), 4 * r))):
+                return None
+        qv = new_var("qv")
+        rest = tvm_ffi.structural_map(value, [(tirx.BitwiseAnd, lambda x: qv if x.same_as(e) else x)])
+
+        def q_side(x: Any) -> int | None:
+            """z when ``x`` is ``cast(q - z)`` (casts anywhere), else None."""
+            x = _strip_casts(x)
+            if isinstance(x, tvm.ir.Var) and x.same_as(qv):
+                return 0
+            if isinstance(x, tirx.Sub) and isinstance(_strip_casts(x.a), tvm.ir.Var) and _strip_casts(x.a).same_as(qv):
+                zc = _strip_casts(x.b)
+                if isinstance(zc, tirx.IntImm) or (isinstance(zc, tirx.FloatImm) and float(zc.value).is_integer()):
+                    return int(zc.value)
+            return None
+
+        def mentions_q(x: Any) -> bool:
+            hit = []
+            tvm_ffi.structural_map(x, [(tvm.ir.Var, lambda v: (hit.append(v), v)[1] if v.same_as(qv) else v)])
+            return bool(hit)
+
+        z = q_side(rest)
+        scale = None
+        if z is None:
+            if not isinstance(rest, tirx.Mul):
+                return None
+            for qs, ss in ((rest.a, rest.b), (rest.b, rest.a)):
+                z = q_side(qs)
+                if z is not None and not mentions_q(ss):
+                    scale = ss
+                    break
+            else:
+                return None
+            if dtype_of(scale) != "float16" or dtype_of(qs) != "float16":
+                return None
+            if any(not is_global(ld.source) for ld in loads_in(scale)):
+                return None
+        if z is None or not -512 <= z < 1024:
+            return None
+        return P, z, scale
+
+    def scale_varies(self, scale: Any, i: Any, j: Any, K: int) -> bool | None:
+        """False: S does not depend on j; True: it is constant over each lane's 32-wide chunk; None: neither."""
+        jr = new_var("jr")
+        self.bind_loop(jr, tirx.IntImm("int32", 0), tirx.IntImm("int32", K))
+        if not _mentions(self.ana.simplify(substitute(scale, {j: jr})), jr):
+            return False
+        self.bind_loop(jr, tirx.IntImm("int32", 0), tirx.IntImm("int32", CHUNK_K))
+        for c0 in range(0, K, CHUNK_K):
+            if _mentions(self.ana.simplify(substitute(scale, {j: c0 + jr})), jr):
+                return None
+        return True
+
+    # -- emission ------------------------------------------------------------------------------------------
+    def emit(self, gemm: Any, ops: dict[str, Any], lay: Any, P: Any, zp: int, scale: Any, vs: list[Any]) -> Any:
+        """This thread's scales (TIR, from the program's expression) and the ``tl::gemm_dq4`` call."""
+        a, c = ops["a"], ops["c"]
+        M, N, K = ops["M"], ops["N"], ops["K"]
+        wn = lay.warp_n
+        NT = N // wn // 8
+        i, j = vs
+        if scale is None:
+            scale = tirx.const(1.0, "float16")
+        varies = self.scale_varies(scale, i, j, K)
+        if varies is None:
+            return None
+        NC = K // LANES_K if varies else 1
+        tid = self.tid
+        lane = tirx.floormod(tid, 32)
+        wc = tirx.floormod(tirx.floordiv(tid, 32), wn)
+        sc = tirx.decl_buffer((NT * NC,), "float16", "dq_scale", scope="local")
+        stmts: list[Any] = [tirx.AllocBuffer(sc)]
+        for ni in range(NT):
+            row = wc * (N // wn) + ni * 8 + tirx.floordiv(lane, 4)
+            for kc in range(NC):
+                col = kc * LANES_K + tirx.floormod(lane, 4) * CHUNK_K
+                val = self.ana.simplify(substitute(scale, {i: row, j: col}))
+                stmts.append(tirx.BufferStore(sc, self.guard_loads(val), [tirx.IntImm("int32", ni * NC + kc)]))
+        swa = self.swizzle.get(a.buffer, 0)
+        magic = int(np.float16(1024 + zp).view(np.uint16))
+        # independent accumulator sets: at least 4 mma.sync chains per warp (decode tiles have 1 or 2 accumulators)
+        chains = (M // lay.warp_m // 16) * NT
+        sets = int(os.environ.get("TILELANG_CORE_CUDA_DQ4_SETS", "0")) or max(1, min(4, 4 // chains))
+        mode = int(os.environ.get("TILELANG_CORE_CUDA_DQ4_MODE", "0"))  # measurement switch, see dequant.cuh
+        name = f"tl::gemm_dq4<{M}, {N}, {K}, {lay.warp_m}, {wn}, {swa}, {magic}, {NC}, {sets}, {mode}>"
+        zero = tirx.IntImm("int32", 0)
+        stmts.append(extern(name, tirx.address_of(tirx.BufferLoad(a.buffer, list(a.mins))),
+                            tirx.address_of(tirx.BufferLoad(P, [zero, zero])),
+                            tirx.address_of(tirx.BufferLoad(sc, [zero])),
+                            tirx.address_of(tirx.BufferLoad(self.locals[c.buffer], [zero]))))
+        self.removed.append(ops["b"].buffer)
+        self.fused_accumulators.append(c.buffer)
+        return tirx.SeqStmt(stmts, span=gemm.span)
+
+    def guard_loads(self, e: Any) -> Any:
+        """Bounds-guard the global loads of ``e`` (0 outside the tensor), as the nest would have been."""
+        def fix(ld: Any) -> Any:
+            if not is_global(ld.source):
+                return ld
+            conds = in_bounds_conds(ld.source, list(ld.indices), self.ana)
+            return tirx.if_then_else(and_all(conds), ld, tirx.const(0, dtype_of(ld))) if conds else ld
+
+        return tvm_ffi.structural_map(e, [(tvm.ir.TensorLoad, fix)])
+
+
+def _mentions(e: Any, var: Any) -> bool:
+    """``var`` occurs in ``e``."""
+    hit: list[Any] = []
+
+    def rec(v: Any) -> Any:
+        if v.same_as(var):
+            hit.append(v)
+        return v
+
+    tvm_ffi.structural_map(e, [(tvm.ir.Var, rec)])
+    return bool(hit)
+
+
+def fuse_dequant_gemm_cuda(func: tirx.PrimFunc, arch: str = "sm_90") -> tirx.PrimFunc:
+    """Run the pass (see the module doc); fused W tiles lose their allocation, then maybe split K."""
+    if os.environ.get("TILELANG_CORE_CUDA_FUSE_DEQUANT", "1") == "0":
+        return func
+    pass_ = FuseDequantGemmCUDA(func)
+    out = pass_.run(func)
+    if not pass_.removed:
+        return out
+    gone = pass_.removed
+
+    def drop(s: Any) -> Any:
+        if any(s.buffer.same_as(g) for g in gone):
+            return tirx.Evaluate(tirx.IntImm("int32", 0))
+        return s
+
+    out = out.with_body(tvm_ffi.structural_map(out.body, [(tirx.AllocBuffer, drop)]))
+    return split_k_cluster(out, arch, pass_.fused_accumulators)
+
+
+NUM_SMS = {"sm_90": 132, "sm_90a": 132}  # the H100/H200 SXM count; clusters need sm_90
+
+
+def _split_factor(blocks: int, n: int, stages: int, arch: str) -> int:
+    """Blocks per cluster: double while the grid stays under half the SMs and each share keeps >= 2x stages
+    (at least 4) k-tiles; ``TILELANG_CORE_CUDA_SPLIT_K`` forces a value (1 = off)."""
+    forced = int(os.environ.get("TILELANG_CORE_CUDA_SPLIT_K", "0"))
+    sms = NUM_SMS.get(arch)
+    if sms is None:
+        return 1
+    if forced:
+        ok = forced in (1, 2, 4, 8) and n % forced == 0 and n // forced >= stages
+        return forced if ok else 1
+    s = 1
+    while (s < 8 and blocks * s * 2 <= sms and n % (s * 2) == 0 and n // (s * 2) >= max(4, 2 * stages)):
+        s *= 2
+    return s
+
+
+def split_k_cluster(func: tirx.PrimFunc, arch: str, accs: list[Any]) -> tirx.PrimFunc:
+    """Split the fused K loop over a cluster of blocks when the grid leaves most SMs idle (see the module doc)."""
+    grid, threads = launch_info(func)
+    if grid[2] != 1 or len(accs) != 1:
+        return func
+    acc = accs[0]
+    tloops: list[Any] = []
+    tvm_ffi.structural_map(func.body, [(tirx.For, lambda f: (tloops.append(f), f)[1] if f.thread_binding is not None
+                                        and str(f.thread_binding.thread_tag) == "threadIdx.x" else f)])
+    if len(tloops) != 1:
+        return func
+    tloop = tloops[0]
+    stmts = list(tloop.body.seq) if isinstance(tloop.body, tirx.SeqStmt) else [tloop.body]
+    idx = None
+    for i, st in enumerate(stmts):
+        if isinstance(st, tirx.For) and STAGES_ATTR in st.annotations and _calls(st, "tl::gemm_dq4"):
+            idx = i
+    if idx is None or idx + 1 >= len(stmts):
+        return func
+    loop, epi = stmts[idx], stmts[idx + 1]
+    if not (isinstance(epi, tirx.Evaluate) and tile_op_name(epi) == "tl.copy"):
+        return func
+    args = list(epi.value.args)
+    if not (isinstance(args[0], tvm.ir.TensorRegion) and isinstance(args[1], tvm.ir.TensorRegion)
+            and args[0].source.same_as(acc) and is_global(args[1].source)):
+        return func
+    if any(_touches(x, acc) for x in stmts[idx + 2:]):
+        return func
+    n = const_int(loop.extent)
+    stages = int(loop.annotations[STAGES_ATTR])
+    if n is None:
+        return func
+    S = _split_factor(grid[0] * grid[1], n, stages, arch)
+    if S == 1:
+        return func
+    bz = tvm.ir.Var("bz_split", "int32")
+    chunk = n // S
+    new_loop = tirx.For(loop.loop_var, loop.min + bz * chunk, tirx.IntImm("int32", chunk), loop.kind, loop.body,
+                        loop.thread_binding, loop.annotations, loop.step, loop.span)
+    layouts, locs = layouts_of(func), locals_of(func)
+    regs = layouts[acc].num_regs
+    loc = locs[acc]
+    scratch = tirx.decl_buffer((regs * thread_count(func),), "float32", "splitk_smem", scope="shared")
+    zero = tirx.IntImm("int32", 0)
+    reduce = extern(f"tl::cluster_splitk_reduce<{regs}, {S}, {threads}>",
+                    tirx.address_of(tirx.BufferLoad(loc, [zero])), tirx.address_of(tirx.BufferLoad(scratch, [zero])))
+    new_epi = tirx.SeqStmt([tirx.AllocBuffer(scratch), reduce, tirx.IfThenElse(tirx.EQ(bz, 0), epi, None)])
+    stmts[idx], stmts[idx + 1] = new_loop, new_epi
+    body = tirx.SeqStmt(stmts)
+    new_t = tirx.For(tloop.loop_var, tloop.min, tloop.extent, tloop.kind, body, tloop.thread_binding,
+                     tloop.annotations, tloop.step, tloop.span)
+    iv = tirx.IterVar(tvm.ir.Range.from_min_extent(0, S), bz, tirx.IterVar.ThreadIndex, "blockIdx.z")
+    zloop = tirx.For(bz, zero, tirx.IntImm("int32", S), tirx.ForKind.THREAD_BINDING, new_t, iv, None, None, None)
+
+    def swap(f: Any) -> Any:
+        return zloop if f.same_as(tloop) else f
+
+    out = func.with_body(tvm_ffi.structural_map(func.body, [(tirx.For, swap)]))
+    out = out.with_attr(ATTR_LAUNCH, {"grid": [grid[0], grid[1], S], "threads": threads})
+    return out.with_attr(ATTR_CLUSTER, [1, 1, S])
+
+
+def _calls(node: Any, prefix: str) -> bool:
+    """``node`` calls an extern function whose name starts with ``prefix``."""
+    hit: list[Any] = []
+
+    def rec(c: Any) -> Any:
+        if c.args and isinstance(c.args[0], tvm.ir.StringImm) and str(c.args[0].value).startswith(prefix):
+            hit.append(c)
+        return c
+
+    tvm_ffi.structural_map(node, [(tvm.ir.Call, rec)])
+    return bool(hit)
+
+
+def _touches(node: Any, buf: Any) -> bool:
+    """``node`` reads or writes ``buf`` (tile-op regions, loads, stores)."""
+    hit: list[Any] = []
+
+    def region(r: Any) -> Any:
+        if r.source.same_as(buf):
+            hit.append(r)
+        return r
+
+    def load(ld: Any) -> Any:
+        if ld.source.same_as(buf):
+            hit.append(ld)
+        return ld
+
+    def store(st: Any) -> Any:
+        if st.buffer.same_as(buf):
+            hit.append(st)
+        return st
+
+    tvm_ffi.structural_map(node, [(tvm.ir.TensorRegion, region), (tvm.ir.TensorLoad, load),
+                                  (tirx.BufferStore, store)])
+    return bool(hit)
+

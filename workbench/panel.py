@@ -1,0 +1,344 @@
+"""The tuning panel: sliders over a kernel's tunable arguments that recompile, check and time it live.
+
+Why this module exists: ``matmul_relu.panel()`` (or ``%%tilekernel ... --panel``) is where a user explores a
+kernel's configuration space by hand and by sweep. This module wires widgets to the :class:`~.explorer.Explorer`
+(the work) through :class:`~.jobs.LatestOnly` (the rules):
+
+- every control has ``continuous_update=False``; a change is debounced, then compiled, checked and timed on the
+  workbench's background thread, so the notebook stays responsive and other cells run meanwhile;
+- a newer setting supersedes an older one: stale results are dropped, never shown;
+- a setting measured before in this session shows at once ("cached"), without a job;
+- a status line says what is happening (queued / compiling / checking / timing / cached / the result), and a
+  configuration that fails (does not compile, does not run, does not match) shows its error inline — the panel
+  keeps working;
+- the plots (:mod:`.plots`) show every configuration tried, earlier sessions' measurements from the tuning
+  database, the best, the reference and the machine's roofline;
+- **Sweep** runs a grid (``--tune`` syntax) in the background, one configuration per job, so a slider move during a
+  sweep is served between two sweep steps; the plots fill live and **Stop** ends it.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+import ipywidgets as W
+
+from .explorer import Explorer
+from .jobs import DEBOUNCE_S, LatestOnly
+from .plots import TuningPlots
+from .tunables import Tunable, full_label, parse_tune, tunables
+
+_OK, _BAD, _DIM = "#070", "#b00", "#555"
+SWEEP_AROUND = 1  # the default sweep grid: each tile size's current value and its neighbours
+
+
+def make_control(knob: Tunable) -> W.Widget:
+    """An ``IntSlider`` for a contiguous integer range, else a ``SelectionSlider``; never continuous."""
+    style = {"description_width": "90px"}
+    layout = W.Layout(width="330px")
+    if knob.contiguous:
+        w: W.Widget = W.IntSlider(value=knob.value, min=knob.values[0], max=knob.values[-1], step=1,
+                                  description=knob.name, continuous_update=False, style=style, layout=layout)
+    else:
+        w = W.SelectionSlider(options=list(knob.values), value=knob.value, description=knob.name,
+                              continuous_update=False, style=style, layout=layout)
+    w.add_class(f"wb-knob-{knob.name}")
+    w.add_class("wb-knob")
+    return w
+
+
+def _span(text: str, color: str | None = None, bold: bool = False) -> str:
+    style = (f"color:{color};" if color else "") + ("font-weight:bold;" if bold else "")
+    return f'<span style="{style}">{html.escape(text)}</span>'
+
+
+def result_text(m: Any, names: list[str]) -> tuple[str, str]:
+    """One measurement as the status line says it: (text, color)."""
+    label = full_label(m.config, names)
+    if m.status == "compile_error":
+        return f"{label}: does not compile", _BAD
+    if m.status == "run_error":
+        return f"{label}: failed to run", _BAD
+    parts = [label + ":"]
+    if m.latency_ms is not None:
+        rate = m.rate()
+        parts.append(f"{m.latency_ms:.3f} ms" + (f" ({rate:.1f} {m.unit})" if rate else ""))
+    if m.max_rel is not None:
+        parts.append(f"max rel err {m.max_rel:.1e} " + ("PASS" if m.passed else "FAIL"))
+    return " ".join(parts), (_OK if m.ok else _BAD)
+
+
+class TuningPanel:
+    """The widget (``.widget``) and its controls; drive it by setting ``panel.controls[name].value``."""
+
+    def __init__(self, wk: Any, space: dict[str, list[Any]] | None = None, *, db: Any = True,
+                 debounce_s: float = DEBOUNCE_S, executor: Any = None, timer: Any = threading.Timer,
+                 start: bool = True):
+        self.wk = wk
+        self.knobs = tunables(wk.program.function, wk.kwargs, space)
+        if not self.knobs:
+            raise ValueError(f"{wk.name}: the factory has no tunable arguments (tile sizes, stages, threads); name "
+                             "some with --tune NAME=v1,v2,...")
+        self.names = [k.name for k in self.knobs]
+        self.explorer = Explorer(wk, self.knobs, db=db)
+        self.runner = LatestOnly(self._work, self._show_result, self._show_error, self._show_status,
+                                 debounce_s=debounce_s, executor=executor, timer=timer)
+        self._draw_lock = threading.RLock()
+        self._holding = False
+        self._sweep_gen = 0
+        self.sweep_future: Future | None = None
+        self.last_shown: Any = None  # the measurement on display (tests and benchmarks read it)
+        self.shown = 0  # how many results were displayed
+
+        self.controls: dict[str, W.Widget] = {k.name: make_control(k) for k in self.knobs}
+        for c in self.controls.values():
+            c.observe(self._changed, names="value")
+        full = self.explorer.full_config(self.explorer.initial())
+        unit = "GFLOP/s" if all(isinstance(full.get(k), int) for k in ("M", "N", "K")) else "GB/s"
+        self.plots = TuningPlots(self.names, unit)
+        self.plots.throughput.add_class("wb-throughput")
+        self.plots.error.add_class("wb-error")
+        self.plots.roofline.add_class("wb-roofline")
+        self.status = W.HTML(self._status_html("starting", _DIM))
+        self.status.add_class("wb-status")
+        self.error = W.HTML()
+        self.error.add_class("wb-error-text")
+        self.best = W.HTML()
+        self.use_best = W.Button(description="Use best", icon="star", tooltip="move the sliders to the best "
+                                 "configuration measured in this session", layout=W.Layout(width="110px"))
+        self.use_best.on_click(lambda _b: self.apply(self.explorer.best().config if self.explorer.best() else {}))
+        self.sweep_spec = W.Text(value=self.default_sweep(), description="grid", continuous_update=False,
+                                 placeholder="block_M=32,64,128 num_stages=1:3",
+                                 layout=W.Layout(width="460px"), style={"description_width": "40px"})
+        self.sweep_button = W.Button(description="Sweep", icon="play", button_style="primary",
+                                     tooltip="measure every configuration of the grid in the background")
+        self.sweep_button.add_class("wb-sweep")
+        self.stop_button = W.Button(description="Stop", icon="stop", disabled=True)
+        self.progress = W.IntProgress(value=0, min=0, max=1, layout=W.Layout(width="160px"))
+        self.sweep_status = W.HTML()
+        self.sweep_button.on_click(lambda _b: self.sweep())
+        self.stop_button.on_click(lambda _b: self.stop_sweep())
+        self.widget = self._layout()
+        self._history = self.explorer.history()
+        self._draw()
+        if start:
+            self.request(self.config())
+            self.runner.run_later(self._load_ceilings)
+
+    # -- layout ----------------------------------------------------------------------------------------------
+    def _layout(self) -> W.Widget:
+        wk = self.wk
+        shapes = ", ".join(f"{k}={v}" for k, v in wk.kwargs.items() if k not in self.names) or "-"
+        target = wk.target.get("mcpu") or wk.target.get("arch") or wk.target.get("kind")
+        ref = html.escape(wk.options.ref or "no --ref: not checked")
+        head = W.HTML(f'<div style="font-family:monospace;font-size:12px;"><b>{html.escape(wk.name)}</b> tuning '
+                      f"panel &middot; {html.escape(shapes)} &middot; {html.escape(str(target))} &middot; "
+                      f"reference: {ref}</div>")
+        figs = W.VBox([W.HBox([self.plots.throughput, self.plots.error]),
+                       W.HBox([self.plots.roofline,
+                               W.VBox([self.best, self.use_best], layout=W.Layout(width="460px"))])])
+        sweep = W.HBox([self.sweep_spec, self.sweep_button, self.stop_button, self.progress, self.sweep_status])
+        knobs = W.GridBox(list(self.controls.values()),
+                          layout=W.Layout(grid_template_columns="repeat(3, 340px)", grid_gap="2px 8px"))
+        box = W.VBox([head, knobs, self.status, self.error, sweep, figs])
+        box.add_class("wb-panel")
+        return box
+
+    def _status_html(self, text: str, color: str | None = None) -> str:
+        return (f'<div class="wb-status-text" style="font-family:monospace;font-size:12px;padding:3px 0;">'
+                f"{_span(text, color, bold=True)}</div>")
+
+    # -- requests --------------------------------------------------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        """The sliders' current setting."""
+        return {name: c.value for name, c in self.controls.items()}
+
+    def _changed(self, _change: Any) -> None:
+        if not self._holding:
+            self.request(self.config())
+
+    def request(self, config: dict[str, Any]) -> None:
+        """Show ``config``'s measurement: at once when cached, else after a debounced background job."""
+        m = self.explorer.cached(config)
+        if m is not None:
+            self.runner.supersede()
+            self._show(m, cached=True)
+            return
+        self._set_status(f"queued {full_label(config, self.names)}", _DIM)
+        self.runner.submit(dict(config))
+
+    def apply(self, config: dict[str, Any]) -> None:
+        """Move every slider named in ``config`` at once (one request, not one per slider)."""
+        values = {k: v for k, v in config.items() if k in self.controls}
+        if not values:
+            return
+        self._holding = True
+        try:
+            for k, v in values.items():
+                self.controls[k].value = v
+        finally:
+            self._holding = False
+        self.request(self.config())
+
+    def wait(self, timeout: float | None = 300) -> bool:
+        """Block until every queued job (slider, sweep, ceilings) is done; False on timeout."""
+        return self.runner.wait(timeout)
+
+    # -- the job and its display -----------------------------------------------------------------------------
+    def _work(self, config: dict[str, Any], ctx: Any) -> Any:
+        return self.explorer.measure(config, ctx)
+
+    def _show_status(self, text: str) -> None:
+        self._set_status(text, _DIM)
+
+    def _set_status(self, text: str, color: str | None) -> None:
+        with self._draw_lock:
+            self.status.value = self._status_html(text, color)
+
+    def _show_result(self, _config: dict[str, Any], m: Any) -> None:
+        self._show(m, cached=False)
+
+    def _show_error(self, config: dict[str, Any], exc: BaseException) -> None:
+        with self._draw_lock:
+            self._set_status(f"{full_label(config, self.names)}: {type(exc).__name__}", _BAD)
+            self.error.value = self._error_html(f"{type(exc).__name__}: {exc}")
+
+    @staticmethod
+    def _error_html(text: str) -> str:
+        return (f'<pre style="color:#b00;font-size:11px;white-space:pre-wrap;margin:2px 0;max-height:160px;'
+                f'overflow:auto;">{html.escape(text)}</pre>')
+
+    def _show(self, m: Any, cached: bool) -> None:
+        text, color = result_text(m, self.names)
+        with self._draw_lock:
+            self._set_status(("cached " if cached else "") + text, color)
+            self.error.value = self._error_html(m.message) if m.message and m.status != "ok" else ""
+            self.last_shown = m
+            self.shown += 1
+            self._draw()
+
+    def _draw(self) -> None:
+        ex = self.explorer
+        session = ex.measurements()
+        rtol = next((m.rtol for m in session if m.rtol is not None), None)
+        with self._draw_lock:
+            self.plots.update(session, self._history, ex.cached(self.config()), ex.best(), ex.ref_ms, rtol,
+                              ex.known_ceilings)
+            b = ex.best()
+            known = ex.best_known()
+            lines = []
+            if b is not None:
+                lines.append("best this session: " + _span(result_text(b, self.names)[0], _OK, bold=True))
+            key = self.explorer.key
+            if known is not None and (b is None or (known.latency_ms < b.latency_ms
+                                                    and key(known.config) != key(b.config))):
+                lines.append("best known (tuning database): " + _span(result_text(known, self.names)[0]))
+            self.best.value = '<div style="font-family:monospace;font-size:12px;">' + "<br>".join(lines) + "</div>"
+
+    def _load_ceilings(self) -> None:
+        self.explorer.ceilings()
+        self._draw()
+
+    # -- sweeps ----------------------------------------------------------------------------------------------
+    def default_sweep(self) -> str:
+        """Each tile size's current value and its neighbours (up to 3^n configurations)."""
+        from tilelang_core.autotune.space import is_block_param
+
+        parts = []
+        for k in self.knobs:
+            if is_block_param(k.name):
+                i = k.values.index(k.value)
+                around = k.values[max(0, i - SWEEP_AROUND): i + SWEEP_AROUND + 1]
+                parts.append(f"{k.name}={','.join(str(v) for v in around)}")
+        return " ".join(parts)
+
+    def sweep(self, spec: str | dict[str, list[Any]] | None = None) -> Future:
+        """Measure every configuration of the grid (``--tune`` syntax; default: the text box) in the background,
+        the other knobs at their slider values; configurations measured before are skipped. Returns a future that
+        resolves with the number measured."""
+        from tilelang_core.autotune import grid
+
+        try:
+            axes = parse_tune(spec if spec is not None else self.sweep_spec.value) if not isinstance(spec, dict) \
+                else dict(spec)
+            unknown = [k for k in axes if k not in self.controls]
+            if unknown:
+                raise ValueError(f"no knob named {', '.join(unknown)}; the knobs are {', '.join(self.names)}")
+        except Exception as e:  # noqa: BLE001 - a bad grid is shown, not raised into the widget callback
+            self.sweep_status.value = _span(f"grid: {e}", _BAD)
+            done: Future = Future()
+            done.set_exception(e)
+            return done
+        base = self.config()
+        todo = [c for c in ({**base, **g} for g in grid(axes)) if self.explorer.cached(c) is None]
+        self._sweep_gen += 1
+        gen = self._sweep_gen
+        total = len(todo)
+        self.progress.max, self.progress.value = max(total, 1), 0
+        self.sweep_button.disabled, self.stop_button.disabled = True, False
+        self.sweep_status.value = _span(f"sweep: {total} configuration(s) to measure", _DIM)
+        result: Future = Future()
+        self.sweep_future = result
+        self._sweep_step(gen, todo, 0, result)
+        return result
+
+    def _sweep_step(self, gen: int, todo: list[dict[str, Any]], done: int, result: Future) -> None:
+        if gen != self._sweep_gen or not todo:
+            self._sweep_finished(done, len(todo), stopped=gen != self._sweep_gen)
+            result.set_result(done)
+            return
+        config, rest = todo[0], todo[1:]
+        ctx = _SweepContext(self, done + 1, done + 1 + len(rest))
+
+        def step() -> None:
+            if gen == self._sweep_gen:
+                try:
+                    self.explorer.measure(config, ctx)
+                except Exception as e:  # noqa: BLE001 - one failing step does not end the sweep
+                    self.sweep_status.value = _span(f"{full_label(config, self.names)}: {type(e).__name__}: {e}",
+                                                    _BAD)
+                self.progress.value = done + 1
+                with self._draw_lock:
+                    self._draw()
+            self._sweep_step(gen, rest, done + 1, result)
+
+        self.runner.run_later(step)
+
+    def _sweep_finished(self, done: int, left: int, stopped: bool) -> None:
+        self.sweep_button.disabled, self.stop_button.disabled = False, True
+        b = self.explorer.best()
+        best = f"; best {result_text(b, self.names)[0]}" if b is not None else ""
+        what = f"sweep stopped after {done}" if stopped else f"sweep done: {done} measured"
+        self.sweep_status.value = _span(what + best, _DIM)
+
+    def stop_sweep(self) -> None:
+        """End the running sweep after the configuration being measured."""
+        self._sweep_gen += 1
+
+    # -- display ---------------------------------------------------------------------------------------------
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
+        bundle["text/plain"] = f"<tuning panel for {self.wk.name}: {', '.join(self.names)}>"
+        return bundle
+
+    def __repr__(self) -> str:
+        return f"<TuningPanel {self.wk.name}: {len(self.explorer.results)} configuration(s) measured>"
+
+
+class _SweepContext:
+    """A sweep step's phases go to the sweep's own status; a sweep step is never stale (Stop ends the sweep)."""
+
+    def __init__(self, panel: TuningPanel, index: int, total: int):
+        self.panel, self.index, self.total = panel, index, total
+
+    def stale(self) -> bool:
+        return False
+
+    def status(self, text: str) -> None:
+        self.panel.sweep_status.value = _span(f"sweep {self.index}/{self.total}: {text}", _DIM)
+
+
+__all__ = ["TuningPanel", "make_control", "result_text"]
