@@ -164,3 +164,25 @@ def test_decode_gemm_uses_dot_products(monkeypatch, vector_bytes, M, block_M, cl
     torch.testing.assert_close(kernel(a, b), a @ b.T, rtol=1e-4, atol=1e-4)
     tir = kernel.get_kernel_source("tir")
     assert "C_dot0" in tir and "B_packed" not in tir
+
+
+@tilelang.jit(out_idx=[-1])
+def unpack_global(N):
+    """The split loop reads and writes global tensors directly; a ragged N needs bounds guards after the split."""
+
+    @T.prim_func
+    def main(B: T.Tensor(((N + 1) // 2,), "uint8"), W: T.Tensor((N,), "int32")):
+        with T.Kernel(T.ceildiv(N, 64)) as bx:
+            for j in T.Parallel(64):
+                W[bx * 64 + j] = T.cast((B[bx * 32 + j // 2] >> (4 * (j % 2))) & 0xF, "int32")
+
+    return main
+
+
+@pytest.mark.parametrize("N", [256, 203])
+def test_split_loop_over_global_tensors_keeps_bounds_guards(N):
+    B = torch.randint(0, 256, ((N + 1) // 2,), dtype=torch.uint8)
+    kernel = unpack_global(N)
+    ref = torch.stack([B & 0xF, B >> 4], dim=-1).reshape(-1)[:N].int()
+    assert torch.equal(kernel(B), ref)
+    assert "j_i" in kernel.trace.stage("tl.SplitDivModCPU").text

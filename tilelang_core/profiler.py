@@ -43,7 +43,7 @@ class BenchResult(float):
 
 
 def random_tensor(shape: tuple[int, ...], dtype: str, generator: Any = None, device: str = "cpu") -> Any:
-    """Random data for a parameter: normal floats, small non-zero-mean ints, random bools."""
+    """Random data for a parameter: normal floats, full-range bytes, small ints otherwise, random bools."""
     import torch
 
     tdt = torch_dtype(dtype)
@@ -51,7 +51,12 @@ def random_tensor(shape: tuple[int, ...], dtype: str, generator: Any = None, dev
         return torch.randn(shape, generator=generator, dtype=torch.float32).to(tdt).to(device)
     if dtype == "bool":
         return (torch.rand(shape, generator=generator) > 0.5).to(device)
-    lo, hi = (0, 16) if dtype.startswith("uint") else (-8, 8)
+    if dtype == "uint8":
+        lo, hi = 0, 256  # bytes are often packed data (two int4 per byte): exercise every bit
+    elif dtype == "int8":
+        lo, hi = -128, 128
+    else:
+        lo, hi = (0, 16) if dtype.startswith("uint") else (-8, 8)
     return torch.randint(lo, hi, shape, generator=generator, dtype=torch.int64).to(tdt).to(device)
 
 
