@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
+from pathlib import Path
+
 import torch
 
 import tilelang_core as tilelang
@@ -34,3 +37,21 @@ def test_large_grid_is_a_parallel_loop_and_matches_torch():
     assert "T.parallel" in kernel.get_kernel_source("tir")
     x = torch.randn(1000, 512)
     torch.testing.assert_close(kernel(x), 3 * x)
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p), ("dli_sname", ctypes.c_char_p),
+                ("dli_saddr", ctypes.c_void_p)]
+
+
+def test_parallel_launch_uses_our_openmp_shim_even_with_tvm_loaded():
+    """TVM's runtime (loaded by compiling) would point the hook at its own pool, one thread on a 2-core VM."""
+    import sys
+
+    kernel = scale_rows(1000, 512, 8)
+    assert "tvm" in sys.modules  # the situation that matters: the compiler is in the process
+    lib = ctypes.CDLL(str(kernel.artifact.library_path))
+    hook = ctypes.c_void_p.in_dll(lib, "__TVMBackendParallelLaunch").value
+    info = _DlInfo()
+    assert ctypes.CDLL(None).dladdr(ctypes.c_void_p(hook), ctypes.byref(info))
+    assert Path(info.dli_fname.decode()).resolve() == Path(kernel.artifact.library_path).resolve()

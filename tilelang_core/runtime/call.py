@@ -33,6 +33,20 @@ def _dtype_name(t: Any) -> str:
     return str(t.dtype).replace("torch.", "")
 
 
+def force_backend_hooks(library: Any) -> None:
+    """Point the library's parallel-launch and workspace hooks at our OpenMP shim, whoever loaded it (TVM's runtime,
+    when imported, installs its own one-thread-on-small-VMs pool). Libraries built before the shim had this entry
+    point are left as they are."""
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(str(library)).tl_force_backend_hooks
+    except (OSError, AttributeError):
+        return
+    fn.restype = None
+    fn()
+
+
 class KernelCallable:
     """Validates arguments, allocates outputs and launches a CPU kernel library."""
 
@@ -43,6 +57,7 @@ class KernelCallable:
         try:
             self._module = tvm_ffi.load_module(str(artifact.library_path))
             self._fn = self._module[artifact.entry]
+            force_backend_hooks(artifact.library_path)
         except Exception as e:  # noqa: BLE001
             raise TileLangRuntimeError(f"could not load kernel library {artifact.library_path}: {e}") from e
         n = len(artifact.params)

@@ -45,6 +45,15 @@ static int tl_free_workspace(int device_type, int device_id, void* ptr) {
   return 0;
 }
 
+/* Called by our runtime right after loading: when TVM's own runtime is in the process, its loader points the hooks
+ * at TVM's thread pool (sized to half the logical CPUs on x86: one thread on a 2-core VM); ours uses OpenMP with
+ * every core (and, next to torch, torch's own libgomp pool). */
+void tl_force_backend_hooks(void) {
+  if (&__TVMBackendParallelLaunch) __TVMBackendParallelLaunch = (void*)&tl_parallel_launch;
+  if (&__TVMBackendAllocWorkspace) __TVMBackendAllocWorkspace = (void*)&tl_alloc_workspace;
+  if (&__TVMBackendFreeWorkspace) __TVMBackendFreeWorkspace = (void*)&tl_free_workspace;
+}
+
 __attribute__((constructor)) static void tl_install_backend_hooks(void) {
   if (&__TVMBackendParallelLaunch && !__TVMBackendParallelLaunch)
     __TVMBackendParallelLaunch = (void*)&tl_parallel_launch;

@@ -263,6 +263,12 @@ class ExportedKernel:
                 try:
                     self._module = tvm_ffi.load_module(str(path))
                     self._fn = self._module[self.entry]
+                    try:  # our OpenMP hooks even if TVM's runtime is in this process (see cpu_backend_shim.c)
+                        import ctypes
+
+                        ctypes.CDLL(str(path)).tl_force_backend_hooks()
+                    except (OSError, AttributeError):
+                        pass
                 except Exception as e:  # noqa: BLE001 - say which file and which runtime
                     built = self.meta.get("versions", {}).get("apache-tvm-ffi")
                     raise RuntimeError(f"could not load kernel {self.name!r} from {path} with apache-tvm-ffi "
