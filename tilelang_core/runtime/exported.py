@@ -357,7 +357,7 @@ class ExportedKernel:
         outs = ", ".join(repr(self.params[i]) for i in self.out_idx) or "none"
         cfg = ", ".join(f"{k}={v}" for k, v in self.config.items())
         return (f"<exported kernel {self.name}({cfg}) target={self.target.get('kind')} "
-                f"({self.target.get('mcpu', '')}) inputs=[{ins}] outputs=[{outs}]>")
+                f"({self.target.get('mcpu') or self.target.get('arch', '')}) inputs=[{ins}] outputs=[{outs}]>")
 
 
 def self_test(kernel: ExportedKernel) -> int:
