@@ -11,41 +11,9 @@ from typing import Any
 
 from ..errors import TileLangRuntimeError
 from .artifact import Artifact, ParamSpec
+from .exported import check_tensor, force_backend_hooks, torch_dtype
 
-_TORCH_DTYPES: dict[str, Any] = {}
-
-
-def torch_dtype(name: str) -> Any:
-    import torch
-
-    if not _TORCH_DTYPES:
-        _TORCH_DTYPES.update({
-            "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
-            "float64": torch.float64, "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16,
-            "int32": torch.int32, "int64": torch.int64, "bool": torch.bool,
-            "uint16": getattr(torch, "uint16", None), "uint32": getattr(torch, "uint32", None),
-            "uint64": getattr(torch, "uint64", None),
-        })
-    return _TORCH_DTYPES[name]
-
-
-def _dtype_name(t: Any) -> str:
-    return str(t.dtype).replace("torch.", "")
-
-
-def force_backend_hooks(library: Any) -> None:
-    """Point the library's parallel-launch and workspace hooks at our OpenMP shim, whoever loaded it (TVM's runtime,
-    when imported, installs its own one-thread-on-small-VMs pool). Libraries built before the shim had this entry
-    point are left as they are."""
-    import ctypes
-
-    try:
-        fn = ctypes.CDLL(str(library)).tl_force_backend_hooks
-    except (OSError, AttributeError):
-        return
-    fn.restype = None
-    fn()
-
+__all__ = ["KernelCallable", "check_tensor", "force_backend_hooks", "torch_dtype"]
 
 class KernelCallable:
     """Validates arguments, allocates outputs and launches a CPU kernel library."""
@@ -86,28 +54,7 @@ class KernelCallable:
         return out
 
     def check_arg(self, spec: ParamSpec, value: Any) -> Any:
-        import torch
-
-        if not isinstance(value, torch.Tensor):
-            if type(value).__module__ == "numpy" and hasattr(value, "__array_interface__"):
-                value = torch.from_numpy(value)  # zero-copy
-            else:
-                raise TypeError(f"argument {spec.name!r}: expected a torch.Tensor of {spec.dtype} with shape "
-                                f"{list(spec.shape)}, got {type(value).__name__}")
-        got = _dtype_name(value)
-        if got != spec.dtype:
-            raise TypeError(f"argument {spec.name!r}: expected dtype {spec.dtype}, got {got}")
-        if value.dim() != len(spec.shape):
-            raise ValueError(f"argument {spec.name!r}: expected a rank-{len(spec.shape)} tensor of shape "
-                             f"{list(spec.shape)}, got rank {value.dim()} with shape {list(value.shape)}")
-        if tuple(value.shape) != tuple(spec.shape):
-            raise ValueError(f"argument {spec.name!r}: expected shape {list(spec.shape)}, got {list(value.shape)}")
-        if value.device.type != self.device:
-            raise ValueError(f"argument {spec.name!r}: expected a tensor on {self.device}, got one on {value.device}")
-        if not value.is_contiguous():
-            raise ValueError(f"argument {spec.name!r}: expected a contiguous tensor, got strides {list(value.stride())}"
-                             f" for shape {list(value.shape)} (call .contiguous() first)")
-        return value
+        return check_tensor(spec, value, self.device)
 
     def alloc_outputs(self) -> list[Any]:
         import torch

@@ -213,6 +213,55 @@ def torch_dtype(name: str) -> Any:
     return _TORCH_DTYPES[name]
 
 
+def check_tensor(spec: Any, value: Any, device: str) -> Any:
+    """Check one argument against its parameter (``spec``: name, shape, dtype); returns the tensor (numpy arrays
+    become zero-copy torch tensors). ``TypeError`` for a wrong kind or dtype, ``ValueError`` for rank, shape,
+    device, contiguity or alignment, naming the parameter, what was expected and what was given. The core's
+    runtime uses this same function, so exported kernels and in-process ones fail with identical messages."""
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        if type(value).__module__ == "numpy" and hasattr(value, "__array_interface__"):
+            value = torch.from_numpy(value)  # zero-copy
+        else:
+            raise TypeError(f"argument {spec.name!r}: expected a torch.Tensor of {spec.dtype} with shape "
+                            f"{list(spec.shape)}, got {type(value).__name__}")
+    got = str(value.dtype).replace("torch.", "")
+    if got != spec.dtype:
+        raise TypeError(f"argument {spec.name!r}: expected dtype {spec.dtype}, got {got}")
+    if value.dim() != len(spec.shape):
+        raise ValueError(f"argument {spec.name!r}: expected a rank-{len(spec.shape)} tensor of shape "
+                         f"{list(spec.shape)}, got rank {value.dim()} with shape {list(value.shape)}")
+    if tuple(value.shape) != tuple(spec.shape):
+        raise ValueError(f"argument {spec.name!r}: expected shape {list(spec.shape)}, got {list(value.shape)}")
+    if value.device.type != device:
+        raise ValueError(f"argument {spec.name!r}: expected a tensor on {device}, got one on {value.device}")
+    if not value.is_contiguous():
+        raise ValueError(f"argument {spec.name!r}: expected a contiguous tensor, got strides {list(value.stride())}"
+                         f" for shape {list(value.shape)} (call .contiguous() first)")
+    align = max(ALIGNMENT, value.element_size())
+    misaligned = value.data_ptr() % align if value.numel() else 0
+    if misaligned:  # the kernel may assume element alignment; anything less would fault
+        raise ValueError(f"argument {spec.name!r}: expected a {align}-byte aligned tensor, got a data pointer "
+                         f"{misaligned} bytes past alignment; call .clone() first")
+    return value
+
+
+
+def force_backend_hooks(library: Any) -> None:
+    """Point a CPU kernel library's parallel-launch and workspace hooks at its own OpenMP shim, whoever loaded it:
+    TVM's runtime, when in the process, installs its thread pool (one thread on a 2-core x86 VM). Libraries built
+    before the shim had this entry point are left as they are."""
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(str(library)).tl_force_backend_hooks
+    except (OSError, AttributeError):
+        return
+    fn.restype = None
+    fn()
+
+
 class Param:
     """One kernel parameter: name, shape, dtype."""
 
@@ -263,12 +312,7 @@ class ExportedKernel:
                 try:
                     self._module = tvm_ffi.load_module(str(path))
                     self._fn = self._module[self.entry]
-                    try:  # our OpenMP hooks even if TVM's runtime is in this process (see cpu_backend_shim.c)
-                        import ctypes
-
-                        ctypes.CDLL(str(path)).tl_force_backend_hooks()
-                    except (OSError, AttributeError):
-                        pass
+                    force_backend_hooks(path)
                 except Exception as e:  # noqa: BLE001 - say which file and which runtime
                     built = self.meta.get("versions", {}).get("apache-tvm-ffi")
                     raise RuntimeError(f"could not load kernel {self.name!r} from {path} with apache-tvm-ffi "
@@ -276,33 +320,7 @@ class ExportedKernel:
             return self._fn
 
     def check_arg(self, spec: Param, value: Any) -> Any:
-        import torch
-
-        if not isinstance(value, torch.Tensor):
-            if type(value).__module__ == "numpy" and hasattr(value, "__array_interface__"):
-                value = torch.from_numpy(value)  # zero-copy
-            else:
-                raise TypeError(f"argument {spec.name!r}: expected a torch.Tensor of {spec.dtype} with shape "
-                                f"{list(spec.shape)}, got {type(value).__name__}")
-        got = str(value.dtype).replace("torch.", "")
-        if got != spec.dtype:
-            raise TypeError(f"argument {spec.name!r}: expected dtype {spec.dtype}, got {got}")
-        if value.dim() != len(spec.shape):
-            raise ValueError(f"argument {spec.name!r}: expected a rank-{len(spec.shape)} tensor of shape "
-                             f"{list(spec.shape)}, got rank {value.dim()} with shape {list(value.shape)}")
-        if tuple(value.shape) != tuple(spec.shape):
-            raise ValueError(f"argument {spec.name!r}: expected shape {list(spec.shape)}, got {list(value.shape)}")
-        if value.device.type != self.device:
-            raise ValueError(f"argument {spec.name!r}: expected a tensor on {self.device}, got one on {value.device}")
-        if not value.is_contiguous():
-            raise ValueError(f"argument {spec.name!r}: expected a contiguous tensor, got strides {list(value.stride())}"
-                             f" for shape {list(value.shape)} (call .contiguous() first)")
-        align = max(ALIGNMENT, value.element_size())
-        misaligned = value.data_ptr() % align if value.numel() else 0
-        if misaligned:  # the kernel may assume element alignment; anything less would fault
-            raise ValueError(f"argument {spec.name!r}: expected a {align}-byte aligned tensor, got a data pointer "
-                             f"{misaligned} bytes past alignment; call .clone() first")
-        return value
+        return check_tensor(spec, value, self.device)
 
     def alloc_outputs(self, device: Any = None) -> list[Any]:
         import torch
@@ -321,15 +339,15 @@ class ExportedKernel:
                 full[i] = a
             for i, o in zip(self.out_idx, outs):
                 full[i] = o
+            checked = full  # inputs checked above, outputs freshly allocated to spec
         elif len(args) == n_all and self.out_idx:
-            full = list(args)
-            outs = [full[i] for i in self.out_idx]
+            checked = [self.check_arg(spec, a) for spec, a in zip(self.params, args)]
+            outs = [args[i] for i in self.out_idx]  # the caller's own objects, as given
         else:
             names = ", ".join(self.params[i].name for i in self.in_idx)
             raise TypeError(f"kernel {self.entry}: expected {n_in} input tensor(s) ({names})"
                             + (f" or all {n_all} including outputs" if self.out_idx else "")
                             + f", got {len(args)}")
-        checked = [self.check_arg(spec, a) for spec, a in zip(self.params, full)]
         fn = self.load()
         fn(*checked)
         if not self.out_idx:
