@@ -12,6 +12,16 @@ import os
 from typing import Any
 
 
+def widget_bundle(widget: Any, text: str) -> dict[str, Any]:
+    """The output bundle for ``widget`` with our own ``text/plain``. Built directly rather than through
+    ``widget._repr_mimebundle_()``, which computes the widget's repr recursively — for a plotly FigureWidget that
+    deep-copies the figure, wasted work that can also race a background thread updating it ("dictionary changed
+    size during iteration")."""
+    return {"text/plain": text,
+            "application/vnd.jupyter.widget-view+json": {"version_major": 2, "version_minor": 0,
+                                                         "model_id": widget.model_id}}
+
+
 def widgets_installed() -> bool:
     try:
         import ipywidgets  # noqa: F401
@@ -52,7 +62,4 @@ def show(wk: Any) -> None:
     from .summary import SummaryView
 
     view = SummaryView(wk)
-    bundle = view.widget._repr_mimebundle_() or {}
-    bundle = dict(bundle)
-    bundle["text/plain"] = text
-    display(bundle, raw=True)
+    display(widget_bundle(view.widget, text), raw=True)

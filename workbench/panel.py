@@ -320,9 +320,9 @@ class TuningPanel:
 
     # -- display ---------------------------------------------------------------------------------------------
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
-        bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
-        bundle["text/plain"] = f"<tuning panel for {self.wk.name}: {', '.join(self.names)}>"
-        return bundle
+        from .display import widget_bundle
+
+        return widget_bundle(self.widget, f"<tuning panel for {self.wk.name}: {', '.join(self.names)}>")
 
     def __repr__(self) -> str:
         return f"<TuningPanel {self.wk.name}: {len(self.explorer.results)} configuration(s) measured>"

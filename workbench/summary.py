@@ -79,8 +79,7 @@ class SummaryView:
         return path
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        from .display import widget_bundle
         from .text_views import summary_text
 
-        bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
-        bundle["text/plain"] = summary_text(self.wk)
-        return bundle
+        return widget_bundle(self.widget, summary_text(self.wk))
