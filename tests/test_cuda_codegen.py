@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,10 @@ KERNELS = [
     ("softmax_ragged_rows4", softmax.softmax, (1001, 333), {"block_M": 4}),
     ("rmsnorm_ragged", rmsnorm.rms_norm, (1001, 333), {}),
     ("gemv_ragged", gemv.gemv, (1000, 1030), {}),
+    ("gemv_f16", gemv.gemv, (8192, 8192, 4, 1024, 256), {"dtype": "float16"}),
+    ("gemv_f16_ragged", gemv.gemv, (1000, 1030), {"dtype": "float16"}),
+    ("softmax_f16", softmax.softmax, (4096, 4096), {"dtype": "float16"}),
+    ("rmsnorm_f16_ragged", rmsnorm.rms_norm, (1001, 336), {"dtype": "float16"}),
     ("flash_attention_f16_causal", flash_attention.flash_attention, (1, 2, 250, 64, True),
      {"dtype": "float16", "num_stages": 2}),
     ("dequant_gemm_f16", dequant_gemm.dequant_gemm, (32, 256, 512, 128), {"dtype": "float16"}),
@@ -122,6 +127,63 @@ def test_use_swizzle_remaps_block_indices(tmp_path):
     _build(test_gemm.matmul, (512, 512, 128, 64, 64, 32), {"swizzle": True}, tmp_path, compile_cubin=False)
     tir = (tmp_path / "lowered.tir.py").read_text()
     assert "bx_hw" in tir and "by_hw" in tir
+
+
+# -- vector widths of mixed-precision nests -----------------------------------------------------------------------
+
+def _layouts(func):
+    """The fragment layouts the CUDA pipeline picks for ``func``, by fragment name."""
+    from tilelang_core.transform import cuda_passes
+    from tilelang_core.transform._cuda_common import layouts_of
+
+    for name, fn in cuda_passes():
+        func = fn(func)
+        if name == "tl.InferFragmentLayoutsCUDA":
+            return {buf.name: lay for buf, lay in layouts_of(func).items()}
+    raise AssertionError("no layout pass")
+
+
+def test_blocked_chunks_are_sized_for_the_narrowest_global_tensor():
+    """16 bytes of the narrowest global tensor a fragment meets, not of the fragment's own (wider) type."""
+    f16 = {"dtype": "float16"}
+    assert _layouts(gemv.gemv.get_program(8192, 8192, 4, 1024, 256))["acc"].vec == 4  # fp32 A
+    assert _layouts(gemv.gemv.get_program(8192, 8192, 4, 1024, 256, **f16))["acc"].vec == 8  # fp16 A
+    assert _layouts(gemv.gemv.get_program(8192, 1020, 4, 1020, 256, **f16))["acc"].vec == 4  # 1020 = 4 * 255
+    assert _layouts(softmax.softmax.get_program(64, 4096, **f16))["x"].vec == 8  # T.copy from fp16 X
+
+    @T.prim_func
+    def narrow_fragment(A: T.Tensor((256, 256), "float32"), B: T.Tensor((256, 256), "float32")):
+        with T.Kernel(8, threads=128) as bx:
+            h = T.alloc_fragment((32, 256), "float16")
+            T.copy(A[bx * 32, 0], h)
+            for i, j in T.Parallel(32, 256):
+                B[bx * 32 + i, j] = T.cast(h[i, j], "float32")
+
+    assert _layouts(narrow_fragment)["h"].vec == 4  # fp32 tensors: one float4 per chunk
+
+
+@pytest.mark.parametrize("block_N,block_K,threads", [(4, 1024, 256), (8, 64, 128), (8, 512, 256), (2, 2048, 256)])
+def test_fp16_gemv_reads_a_with_16_byte_loads(tmp_path, block_N, block_K, threads):
+    """fp16 A and x with an fp32 accumulator: each chunk is 8 elements, A is read one ``uint4`` (8 halves) at a time
+    into registers, and the 32 bytes of fp32 accumulator per chunk are updated as two ``float4`` halves — no access
+    is wider than 16 bytes and none of A is narrower."""
+    art = _build(gemv.gemv, (8192, 8192, block_N, block_K, threads), {"dtype": "float16"}, tmp_path,
+                 compile_cubin=False)
+    src = (tmp_path / art.sources["cuda"]).read_text()
+    a_loads = re.findall(r"= \*\((\w+)\*\)\(A_ptr \+", src)
+    assert a_loads and set(a_loads) == {"uint4"}
+    assert "A_ptr[" not in src  # no element-wise reads of A
+    assert "ulonglong" not in src and "*(float4*)(acc_ptr" in src
+
+
+def test_fp16_softmax_moves_16_bytes_per_global_access_beside_fp32_fragments(tmp_path):
+    """``T.copy`` of fp16 X into the fp32 fragment loads 8 halves per access and converts them in two float4 halves;
+    the fp16 Y written from the fp32 rows is stored 8 halves at a time."""
+    art = _build(softmax.softmax, (4096, 4096), {"dtype": "float16"}, tmp_path, compile_cubin=False)
+    src = (tmp_path / art.sources["cuda"]).read_text()
+    assert re.search(r"\*\(uint4\*\)\(X_vec_ptr\w* \+ 0\) = \*\(uint4\*\)\(X_ptr \+", src)
+    assert re.search(r"\*\(uint4\*\)\(Y_ptr \+ [^;]*\) = \*\(uint4\*\)\(Y_vec_ptr", src)
+    assert "ulonglong" not in src and "*(half4*)(X_ptr" not in src and "*(half4*)(Y_ptr" not in src
 
 
 # -- errors ----------------------------------------------------------------------------------------------------
@@ -283,10 +345,43 @@ def test_w4a16_unpack_nest_is_fused_into_the_tensor_core_gemm(tmp_path):
     art = _build(dequant_gemm.dequant_gemm, (16, 1024, 1024, 128),
                  {"block_M": 16, "block_N": 64, "block_K": 256, "num_stages": 3, "dtype": "float16"}, tmp_path)
     src = (tmp_path / art.sources["cuda"]).read_text()
-    assert "tl::gemm_dq4<16, 64, 256, 1, 4," in src
-    assert art.extra["cuda"]["dyn_smem"] == 3 * (16 * 256 * 2 + 64 * 128)  # A and packed B stages; no fp16 B tile
+    # decode tile (one warp row): the weights go global -> registers, double-buffered across k iterations
+    assert "tl::gemm_dq4g<16, 64, 256, 4, 9, 25608, 54400, 2, 2, 0, 512, 128>" in src
+    assert "dq_wbuf_ptr" in src and "B_packed" not in src
+    assert art.extra["cuda"]["dyn_smem"] == 3 * 16 * 256 * 2  # only A is staged; no packed or fp16 B tile
     assert "__cluster_dims__" not in src  # 16 blocks, but only 4 k-tiles: not worth splitting
     assert _ptxas_spills(art) == 0
+
+
+@needs_nvcc
+def test_w4a16_weights_can_be_staged_through_shared_memory(tmp_path, monkeypatch):
+    """TILELANG_CORE_CUDA_DQ4_DIRECT=0: the program's own schedule (packed tile copied to shared memory)."""
+    monkeypatch.setenv("TILELANG_CORE_CUDA_DQ4_DIRECT", "0")
+    art = _build(dequant_gemm.dequant_gemm, (16, 1024, 1024, 128),
+                 {"block_M": 16, "block_N": 64, "block_K": 256, "num_stages": 3, "dtype": "float16"}, tmp_path)
+    src = (tmp_path / art.sources["cuda"]).read_text()
+    assert "tl::gemm_dq4<16, 64, 256, 1, 4," in src and "gemm_dq4g" not in src
+    assert art.extra["cuda"]["dyn_smem"] == 3 * (16 * 256 * 2 + 64 * 128)  # A and packed B stages; no fp16 B tile
+    assert _ptxas_spills(art) == 0
+
+
+@needs_nvcc
+def test_per_channel_scales_are_loaded_once_before_the_k_loop(tmp_path):
+    art = _build(dequant_gemm.dequant_gemm, (16, 1024, 2048, -1),
+                 {"block_M": 16, "block_N": 64, "block_K": 256, "num_stages": 3, "dtype": "float16"}, tmp_path,
+                 compile_cubin=False)
+    src = (tmp_path / art.sources["cuda"]).read_text()
+    loop = src.index("for (int k")
+    assert "dq_scale_ptr[0] = " in src[:loop] and "dq_scale_ptr[0] = " not in src[loop:]
+
+
+def test_wide_m_tiles_keep_the_weights_in_shared_memory(tmp_path):
+    """With two warp rows both would load the same weights: the direct path is for one warp row only."""
+    art = _build(dequant_gemm.dequant_gemm, (128, 1024, 1024, -1),
+                 {"block_M": 64, "block_N": 64, "block_K": 128, "num_stages": 3, "dtype": "float16"}, tmp_path,
+                 compile_cubin=False)
+    src = (tmp_path / art.sources["cuda"]).read_text()
+    assert "tl::gemm_dq4<" in src and "gemm_dq4g" not in src
 
 
 @needs_nvcc
@@ -302,9 +397,22 @@ def test_small_grid_long_k_dequant_gemm_splits_k_over_a_cluster(tmp_path):
     art = _build(dequant_gemm.dequant_gemm, (16, 1024, 8192, -1),
                  {"block_M": 16, "block_N": 128, "block_K": 256, "num_stages": 3, "dtype": "float16"}, tmp_path)
     src = (tmp_path / art.sources["cuda"]).read_text()
-    assert art.extra["cuda"]["grid"] == [8, 1, 4]  # 32 k-tiles: 4 x 8 (a share stays >= 2 x stages)
-    assert "__cluster_dims__(1, 1, 4)" in src and "tl::cluster_splitk_reduce<" in src
+    # direct weights: split until two blocks per SM (8 x 8 = 64 blocks < 264), each share keeps 4 >= 3 k-tiles
+    assert art.extra["cuda"]["grid"] == [8, 1, 8]
+    assert "__cluster_dims__(1, 1, 8)" in src and "tl::cluster_splitk_reduce<" in src
     assert "if (((int)blockIdx.z) == 0)" in src  # rank 0 writes C
+    # the register double buffer follows the split loop's bounds
+    assert "(k == (((int)blockIdx.z) * 4)), (k < ((((int)blockIdx.z) * 4) + 3))" in src
+
+
+def test_split_factor_fills_the_sms_for_direct_weights():
+    from tilelang_core.transform.fuse_dequant_gemm_cuda import _split_factor
+
+    assert _split_factor(128, 32, 4, "sm_90", direct=True) == 4  # 512 blocks: >= 2 per SM
+    assert _split_factor(128, 32, 4, "sm_90", direct=False) == 1  # the shared-memory schedule: grid not < SMs / 2
+    assert _split_factor(8, 32, 3, "sm_90", direct=True) == 8  # capped at a cluster of 8
+    assert _split_factor(128, 4, 3, "sm_90", direct=True) == 1  # a share would be shorter than the pipeline
+    assert _split_factor(8, 32, 3, "sm_80", direct=True) == 1  # clusters need sm_90
 
 
 @needs_nvcc

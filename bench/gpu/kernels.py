@@ -229,61 +229,52 @@ def issue7_entries() -> list[Entry]:
         out.append(E(f"dq_f16_{M}x{N}x{K}_g{gs}", dq, "dequant_gemm", (M, N, K, gs),
                      {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st, "threads": th,
                       "dtype": "float16"}, "dequant_gemm", rtol=2e-2, atol=2e-2, inputs=DQ_INPUTS))
+    # decode (M = 16): tl.FuseDequantGemmCUDA reads the weights straight from global memory and splits K over a
+    # cluster until the grid has two blocks per SM; "_smem" is the earlier schedule (weights staged through shared
+    # memory, TILELANG_CORE_CUDA_DQ4_DIRECT=0), "_loads" the direct kernel's weight loads alone (not checked)
     dq_cfgs = {
-        (16, 8192, 8192): [(16, 64, 256, 4, 128), (16, 64, 128, 6, 128), (16, 32, 256, 4, 128),
-                           (16, 64, 256, 4, 256), (16, 64, 512, 3, 128), (16, 64, 256, 8, 128),
-                           (16, 64, 512, 5, 128), (16, 64, 128, 12, 128), (16, 64, 256, 8, 256),
-                           (16, 32, 256, 8, 128)],
+        (16, 8192, 8192): [(16, 64, 256, 4, 128), (16, 128, 256, 4, 128), (16, 64, 512, 3, 128),
+                           (16, 128, 512, 3, 128), (16, 256, 256, 3, 256), (16, 32, 256, 4, 128),
+                           (16, 64, 256, 4, 64), (16, 64, 128, 4, 128), (16, 128, 128, 4, 128),
+                           (16, 128, 256, 4, 256)],
         (128, 8192, 28672): [(128, 64, 128, 4, 256), (64, 64, 128, 4, 128), (64, 128, 128, 4, 256),
                              (32, 64, 256, 4, 128)],
     }
+    variants: list[tuple[tuple[int, ...], dict[str, str], str]] = [
+        ((16, 64, 512, 3, 128), {"TILELANG_CORE_CUDA_DQ4_DIRECT": "0"}, "_smem"),
+        ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_DIRECT": "0"}, "_smem"),
+        ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_MODE": "1"}, "_loads"),
+        ((16, 128, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_MODE": "1"}, "_loads"),
+        ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_REGBUF": "0"}, "_noregbuf"),
+        ((16, 128, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_REGBUF": "0"}, "_noregbuf"),
+        ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_SPLIT_K": "8"}, "_s8"),
+        ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_SPLIT_K": "2"}, "_s2"),
+        ((16, 128, 256, 4, 128), {"TILELANG_CORE_CUDA_SPLIT_K": "4"}, "_s4"),
+        ((16, 64, 128, 4, 128), {"TILELANG_CORE_CUDA_SPLIT_K": "8"}, "_s8"),
+    ]
     for (M, N, K), cfgs in dq_cfgs.items():
+        runs = [(c, {}, "") for c in cfgs] + (variants if M == 16 else [])
         for gs in ((-1, 128) if M == 16 else (-1,)):
-            for bm, bn, bk, st, th in cfgs:
-                out.append(E(f"dq_f16_{M}x{N}x{K}_g{gs}_{bm}x{bn}x{bk}s{st}t{th}", dq, "dequant_gemm",
+            for (bm, bn, bk, st, th), env, tag in runs:
+                out.append(E(f"dq_f16_{M}x{N}x{K}_g{gs}_{bm}x{bn}x{bk}s{st}t{th}{tag}", dq, "dequant_gemm",
                              (M, N, K, gs), {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st,
                                              "threads": th, "dtype": "float16"}, "dequant_gemm", rtol=2e-2,
                              atol=2e-2, inputs=DQ_INPUTS, bench="dequant", flops=2.0 * M * N * K,
-                             bytes=N * K / 2 + 2.0 * (M * K + M * N)))
-        if M == 16:  # measurement variants (not checked): one accumulator chain per tile, no compute, no mma
-            for (bm, bn, bk, st, th), env, tag in (
-                    ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_SETS": "1"}, "sets1"),
-                    ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_MODE": "1"}, "mode1"),
-                    ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_MODE": "2"}, "mode2"),
-                    ((16, 64, 256, 8, 128), {"TILELANG_CORE_CUDA_DQ4_MODE": "1"}, "mode1"),
-                    ((16, 64, 256, 8, 128), {"TILELANG_CORE_CUDA_DQ4_MODE": "2"}, "mode2")):
-                out.append(E(f"dq_f16_{M}x{N}x{K}_g-1_{bm}x{bn}x{bk}s{st}t{th}_{tag}", dq, "dequant_gemm",
-                             (M, N, K, -1), {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st,
-                                             "threads": th, "dtype": "float16"}, "dequant_gemm", rtol=2e-2,
-                             atol=2e-2, inputs=DQ_INPUTS, bench="dequant", flops=2.0 * M * N * K,
-                             bytes=N * K / 2 + 2.0 * (M * K + M * N), env=env, check=tag == "sets1"))
-        # the same program without tl.FuseDequantGemmCUDA: unpacking through shared memory (what it buys)
-        bm, bn, bk, st, th = cfgs[0]
-        out.append(E(f"dq_f16_{M}x{N}x{K}_g-1_{bm}x{bn}x{bk}s{st}t{th}_unfused", dq, "dequant_gemm",
-                     (M, N, K, -1), {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": min(st, 3),
-                                     "threads": th, "dtype": "float16"}, "dequant_gemm", rtol=2e-2, atol=2e-2,
-                     inputs=DQ_INPUTS, bench="dequant", flops=2.0 * M * N * K,
-                     bytes=N * K / 2 + 2.0 * (M * K + M * N), env={"TILELANG_CORE_CUDA_FUSE_DEQUANT": "0"}))
-    # split-K across a cluster (wide N tiles, fewer blocks: tl.FuseDequantGemmCUDA splits K over 2-4 blocks). The
-    # "_sk" entries are the ones the compiler splits (run in their own process: see docs/cuda.md, issue 7)
-    for M, N, K, gs, cfg in ((5, 1000, 8192, -1, (16, 128, 256, 3, 128)), (16, 512, 4096, 128, (16, 128, 256, 3, 128))):
+                             bytes=N * K / 2 + 2.0 * (M * K + M * N), env=env, check=tag != "_loads"))
+    # the same program without tl.FuseDequantGemmCUDA: unpacking through shared memory (what the fusion buys)
+    bm, bn, bk, st, th = 16, 64, 256, 3, 128
+    out.append(E(f"dq_f16_16x8192x8192_g-1_{bm}x{bn}x{bk}s{st}t{th}_unfused", dq, "dequant_gemm",
+                 (16, 8192, 8192, -1), {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st,
+                                        "threads": th, "dtype": "float16"}, "dequant_gemm", rtol=2e-2, atol=2e-2,
+                 inputs=DQ_INPUTS, bench="dequant", flops=2.0 * 16 * 8192 * 8192,
+                 bytes=8192 * 8192 / 2 + 2.0 * (16 * 8192 + 16 * 8192), env={"TILELANG_CORE_CUDA_FUSE_DEQUANT": "0"}))
+    # split-K shapes with ragged M / N and groups (cluster kernels, direct weights)
+    for M, N, K, gs, cfg in ((5, 1000, 8192, -1, (16, 128, 256, 3, 128)), (16, 512, 4096, 128, (16, 128, 256, 3, 128)),
+                             (3, 200, 2048, 128, (16, 64, 256, 2, 128)), (7, 136, 640, 128, (16, 64, 256, 2, 128))):
         bm, bn, bk, st, th = cfg
         out.append(E(f"dq_f16_{M}x{N}x{K}_g{gs}_sk", dq, "dequant_gemm", (M, N, K, gs),
                      {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st, "threads": th,
                       "dtype": "float16"}, "dequant_gemm", rtol=2e-2, atol=2e-2, inputs=DQ_INPUTS))
-    sk_cfgs = {
-        (16, 8192, 8192): [(16, 128, 256, 4, 128), (16, 128, 256, 6, 128), (16, 128, 128, 8, 128),
-                           (16, 128, 512, 3, 128), (16, 256, 256, 4, 256)],
-        (128, 8192, 28672): [(128, 128, 128, 4, 256)],
-    }
-    for (M, N, K), cfgs in sk_cfgs.items():
-        for gs in ((-1, 128) if M == 16 else (-1,)):
-            for bm, bn, bk, st, th in cfgs:
-                out.append(E(f"dq_f16_{M}x{N}x{K}_g{gs}_{bm}x{bn}x{bk}s{st}t{th}_sk", dq, "dequant_gemm",
-                             (M, N, K, gs), {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st,
-                                             "threads": th, "dtype": "float16"}, "dequant_gemm", rtol=2e-2,
-                             atol=2e-2, inputs=DQ_INPUTS, bench="dequant", flops=2.0 * M * N * K,
-                             bytes=N * K / 2 + 2.0 * (M * K + M * N)))
     # -- GEMV 8192 x 8192 (examples/gemv.py) ---------------------------------------------------------------------
     N = K = 8192
     for dt, es in (("float32", 4), ("float16", 2)):

@@ -6,9 +6,12 @@ the passes that lower ``T.gemm``, ``T.copy``, ``T.reduce_*`` and ``T.Parallel`` 
 given fragment, so it is chosen once (``tl.InferFragmentLayoutsCUDA``), recorded as a spec string on the
 ``PrimFunc`` and rebuilt from that string here by every later pass. Three kinds:
 
-* ``blocked`` — the tile's elements in row-major order, cut into ``vec``-element chunks (16 bytes when the row
-  allows), chunk ``c`` held by thread ``c % threads``. Consecutive threads hold consecutive chunks of a row, so
-  copies to and from global memory are coalesced, 16-byte vector accesses.
+* ``blocked`` — the tile's elements in row-major order, cut into ``vec``-element chunks (16 bytes of the element
+  size the layout pass picks — the narrowest global tensor the fragment meets — when the row allows), chunk ``c``
+  held by thread ``c % threads``. Consecutive threads hold consecutive chunks of a row, so copies to and from
+  global memory are coalesced, 16-byte vector accesses. A chunk may span more than 16 bytes of a wider type (an
+  fp32 accumulator beside fp16 inputs: 8 floats): the lowering splits such a chunk into accesses of at most 16
+  bytes.
 * ``mma`` — the accumulator layout of ``mma.sync.m16n8k16`` for a ``warp_m x warp_n`` grid of warps (lane ``l``
   of a warp holds rows ``l/4`` and ``l/4 + 8`` and columns ``2(l%4)``, ``2(l%4)+1`` of every 16x8 atom). The gemm
   template ``tl::gemm_ss`` writes exactly this order: register ``((mi * NT) + ni) * 4 + k``.
@@ -38,6 +41,7 @@ MMA_DTYPES = ("float16", "bfloat16")
 
 
 def dtype_bytes(dtype: str) -> int:
+    """Bytes of one scalar of ``dtype`` (at least 1; vector lanes are not counted)."""
     import tvm
 
     return max(tvm.DataType(dtype).bits // 8, 1)
@@ -70,9 +74,11 @@ class FragmentLayout:
 
     # -- construction / serialisation ----------------------------------------------------------------------
     @staticmethod
-    def blocked(shape: Any, threads: int, max_elem_bytes: int) -> FragmentLayout:
+    def blocked(shape: Any, threads: int, elem_bytes: int) -> FragmentLayout:
+        """Chunks of ``16 // elem_bytes`` elements, or the largest power of two dividing the last dimension below
+        that. ``elem_bytes`` is the element size the chunks are sized for, not necessarily the fragment's own."""
         shape = tuple(int(s) for s in shape)
-        vec = _pow2_divisor(shape[-1], max(16 // max_elem_bytes, 1)) if shape else 1
+        vec = _pow2_divisor(shape[-1], max(16 // elem_bytes, 1)) if shape else 1
         return FragmentLayout("blocked", shape, threads, vec=vec)
 
     @staticmethod

@@ -20,9 +20,19 @@ the same permutation (16-byte ``ld.shared`` + ``prmt``). ``B_shared`` disappears
 pipelines fit). The scale expression ``S(i, j)`` is the program's own, evaluated in TIR for the rows this thread
 holds (it must be constant over each lane's 32-wide k chunk: per-channel scales or groups that are multiples of 32).
 
+**Weights straight from global memory.** At decode sizes (one warp row: ``warp_m == 1``, so no two warps need the
+same weights) the packed shared tile is only a staging copy. When its one other use is the program's
+``T.copy(B[...], B_packed)``, that copy and the tile go, and ``tl::gemm_dq4g`` loads each lane's 16-byte chunks
+from global memory itself (``ld.global.nc``, no L1 allocation, zeros outside the tensor as the copy gave). When the
+k loop advances the tile by a constant ``block_K / 2`` bytes, the next tile's loads are issued into a register
+double buffer (allocated before the loop) before the current tile is computed; scales that do not depend on the k
+loop are loaded once, before it. ``TILELANG_CORE_CUDA_DQ4_DIRECT=0`` keeps the shared-memory staging,
+``TILELANG_CORE_CUDA_DQ4_REGBUF=0`` the single buffer.
+
 **Split-K across a thread-block cluster.** At decode sizes the grid is small (N / block_N blocks) and every
 block re-reads the whole A through L2 and shared memory, so wide N tiles are cheaper — but they leave SMs idle.
-When the fused loop is long and the grid fills less than half the SMs, the K loop is split over ``S`` blocks
+When the fused loop is long and the grid fills less than half the SMs (weights from global memory: less than two
+blocks per SM, since resident warps are then the only loads in flight), the K loop is split over ``S`` blocks
 (``S`` = 2, 4 or 8, a new ``blockIdx.z``) that form one cluster (``__cluster_dims__(1, 1, S)``, sm_90): each
 accumulates its share of K, then ``tl::cluster_splitk_reduce`` adds the partial accumulators of ranks 1..S-1 into
 rank 0 through distributed shared memory (fixed order: deterministic, fp32, no atomics, no workspace, one launch)
@@ -44,7 +54,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..language._ir import dtype_of
+from ..language._ir import Region, dtype_of
 from ..language.loops import PARALLEL_ATTR, STAGES_ATTR
 from ._cuda_common import (
     ATTR_LAUNCH,
@@ -126,6 +136,15 @@ class FuseDequantGemmCUDA(Rewriter):
         self.tid = find_thread_var(func)
         self.removed: list[Any] = []
         self.fused_accumulators: list[Any] = []
+        self.direct = False  # some fused gemm reads its weights straight from global memory
+        self.loop_pre: dict[Any, list[Any]] = {}  # loop -> statements to place just before it (registers, scales)
+
+    def visit_For(self, s: Any) -> Any:  # noqa: N802
+        out = super().visit_For(s)
+        pre = self.loop_pre.pop(s, None)
+        if not pre:
+            return out
+        return tirx.SeqStmt(pre + [out])
 
     def visit_SeqStmt(self, s: Any) -> Any:  # noqa: N802
         s = super().visit_SeqStmt(s)
@@ -136,9 +155,12 @@ class FuseDequantGemmCUDA(Rewriter):
         i = 0
         while i < len(stmts):
             if i + 1 < len(stmts):
-                fused = self.try_fuse(stmts[i], stmts[i + 1])
+                fused = self.try_fuse(stmts[i], stmts[i + 1], stmts[:i])
                 if fused is not None:
-                    out.append(fused)
+                    stmt, drop = fused
+                    if drop is not None:  # the weights' copy to shared memory: the fused gemm reads global memory
+                        out = [x for x in out if not x.same_as(drop)]
+                    out.append(stmt)
                     i += 2
                     continue
             out.append(stmts[i])
@@ -146,8 +168,9 @@ class FuseDequantGemmCUDA(Rewriter):
         return tirx.SeqStmt(out, span=s.span) if len(out) > 1 else out[0]
 
     # -- matching ------------------------------------------------------------------------------------------
-    def try_fuse(self, nest: Any, gemm: Any) -> Any:
-        """The fused statement for ``nest`` followed by ``gemm``, or None when they do not match."""
+    def try_fuse(self, nest: Any, gemm: Any, before: list[Any]) -> tuple[Any, Any] | None:
+        """``(fused statement, statement to drop or None)`` for ``nest`` followed by ``gemm`` (``before``: the
+        statements ahead of them in the same sequence), or None when they do not match."""
         if not (isinstance(nest, tirx.For) and PARALLEL_ATTR in nest.annotations):
             return None
         if not (isinstance(gemm, tirx.Evaluate) and tile_op_name(gemm) == "tl.gemm"):
@@ -184,7 +207,7 @@ class FuseDequantGemmCUDA(Rewriter):
         if pat is None:
             return None
         P, zp, scale = pat
-        return self.emit(gemm, ops, lay, P, zp, scale, vs)
+        return self.emit(gemm, ops, lay, P, zp, scale, vs, before)
 
     def match_value(self, value: Any, i: Any, j: Any, N: int, K: int) -> tuple[Any, int, Any] | None:
         """``cast(q - z) * S`` with ``q`` the nibble ``(P[i, j // 2] >> 4 * (j % 2)) & 15``: (P, z, S or None)."""
@@ -270,8 +293,44 @@ class FuseDequantGemmCUDA(Rewriter):
         return True
 
     # -- emission ------------------------------------------------------------------------------------------
-    def emit(self, gemm: Any, ops: dict[str, Any], lay: Any, P: Any, zp: int, scale: Any, vs: list[Any]) -> Any:
-        """This thread's scales (TIR, from the program's expression) and the ``tl::gemm_dq4`` call."""
+    def direct_source(self, P: Any, before: list[Any], K: int) -> tuple[Region, Any, int] | None:
+        """The global region, copy statement and register double-buffer distance (bytes the k loop advances per
+        iteration, 0 = no double buffer) when the packed tile ``P`` is only a staging copy of global memory that
+        the fused gemm can read directly (see the module doc)."""
+        if os.environ.get("TILELANG_CORE_CUDA_DQ4_DIRECT", "1") == "0" or self.uses.get(P, 0) != 2:
+            return None
+        copy = None
+        for st in reversed(before):
+            if isinstance(st, tirx.Evaluate) and tile_op_name(st) == "tl.copy":
+                dst = st.value.args[1]
+                if isinstance(dst, tvm.ir.TensorRegion) and dst.source.same_as(P):
+                    copy = st
+                    break
+        if copy is None or not isinstance(copy.value.args[0], tvm.ir.TensorRegion):
+            return None
+        src, dst = Region.of(copy.value.args[0]), Region.of(copy.value.args[1])
+        shape = [const_int(x) for x in P.shape]
+        if not (is_global(src.buffer) and str(src.buffer.dtype) == "uint8" and len(src.mins) == 2):
+            return None
+        if [const_int(x) for x in dst.mins] != [0, 0] or [const_int(x) for x in dst.extents] != shape or \
+                [const_int(x) for x in src.extents] != shape:
+            return None
+        row_bytes = const_int(src.buffer.shape[1])
+        if row_bytes is None or row_bytes % 16 or not self.prove(tirx.EQ(tirx.floormod(src.mins[1], 16), 0)):
+            return None
+        nxt = 0
+        loop = self.loop_stack[-1] if self.loop_stack else None
+        if loop is not None and STAGES_ATTR in loop.annotations and \
+                os.environ.get("TILELANG_CORE_CUDA_DQ4_REGBUF", "1") != "0":
+            k = loop.loop_var
+            step = const_int(self.ana.simplify(substitute(src.mins[1], {k: k + 1}) - src.mins[1]))
+            nxt = K // 2 if step == K // 2 else 0
+        return src, copy, nxt
+
+    def emit(self, gemm: Any, ops: dict[str, Any], lay: Any, P: Any, zp: int, scale: Any, vs: list[Any],
+             before: list[Any]) -> tuple[Any, Any] | None:
+        """This thread's scales (TIR, from the program's expression) and the ``tl::gemm_dq4`` (weights from shared
+        memory) or ``tl::gemm_dq4g`` (weights from global memory) call, and the statement that call replaces."""
         a, c = ops["a"], ops["c"]
         M, N, K = ops["M"], ops["N"], ops["K"]
         wn = lay.warp_n
@@ -287,28 +346,62 @@ class FuseDequantGemmCUDA(Rewriter):
         lane = tirx.floormod(tid, 32)
         wc = tirx.floormod(tirx.floordiv(tid, 32), wn)
         sc = tirx.decl_buffer((NT * NC,), "float16", "dq_scale", scope="local")
-        stmts: list[Any] = [tirx.AllocBuffer(sc)]
+        sc_stmts: list[Any] = [tirx.AllocBuffer(sc)]
         for ni in range(NT):
             row = wc * (N // wn) + ni * 8 + tirx.floordiv(lane, 4)
             for kc in range(NC):
                 col = kc * LANES_K + tirx.floormod(lane, 4) * CHUNK_K
                 val = self.ana.simplify(substitute(scale, {i: row, j: col}))
-                stmts.append(tirx.BufferStore(sc, self.guard_loads(val), [tirx.IntImm("int32", ni * NC + kc)]))
+                sc_stmts.append(tirx.BufferStore(sc, self.guard_loads(val), [tirx.IntImm("int32", ni * NC + kc)]))
+        # scales that do not change with the k loop (per-channel) are loaded once, before it
+        loop = self.loop_stack[-1] if self.loop_stack else None
+        if loop is not None and STAGES_ATTR in loop.annotations and \
+                not any(_mentions(st.value, loop.loop_var) for st in sc_stmts[1:]):
+            self.loop_pre.setdefault(loop, []).extend(sc_stmts)
+            stmts: list[Any] = []
+        else:
+            stmts = sc_stmts
         swa = self.swizzle.get(a.buffer, 0)
         magic = int(np.float16(1024 + zp).view(np.uint16))
         # independent accumulator sets: at least 4 mma.sync chains per warp (decode tiles have 1 or 2 accumulators)
         chains = (M // lay.warp_m // 16) * NT
         sets = int(os.environ.get("TILELANG_CORE_CUDA_DQ4_SETS", "0")) or max(1, min(4, 4 // chains))
         mode = int(os.environ.get("TILELANG_CORE_CUDA_DQ4_MODE", "0"))  # measurement switch, see dequant.cuh
-        name = f"tl::gemm_dq4<{M}, {N}, {K}, {lay.warp_m}, {wn}, {swa}, {magic}, {NC}, {sets}, {mode}>"
         zero = tirx.IntImm("int32", 0)
-        stmts.append(extern(name, tirx.address_of(tirx.BufferLoad(a.buffer, list(a.mins))),
-                            tirx.address_of(tirx.BufferLoad(P, [zero, zero])),
-                            tirx.address_of(tirx.BufferLoad(sc, [zero])),
-                            tirx.address_of(tirx.BufferLoad(self.locals[c.buffer], [zero]))))
+        a_ptr = tirx.address_of(tirx.BufferLoad(a.buffer, list(a.mins)))
+        sc_ptr = tirx.address_of(tirx.BufferLoad(sc, [zero]))
+        c_ptr = tirx.address_of(tirx.BufferLoad(self.locals[c.buffer], [zero]))
+        direct = self.direct_source(P, before, K) if lay.warp_m == 1 and swa in (0, (2 * K).bit_length() - 1) \
+            else None
+        drop = None
+        if direct is not None:
+            src, drop, nxt = direct
+            row_bytes = const_int(src.buffer.shape[1])
+            rows_left = self.ana.simplify(src.buffer.shape[0] - src.mins[0])
+            cols_left = self.ana.simplify(src.buffer.shape[1] - src.mins[1])
+            magic_hi = int(np.float16(-(64 + zp)).view(np.uint16))
+            name = (f"tl::gemm_dq4g<{M}, {N}, {K}, {wn}, {swa}, {magic}, {magic_hi}, {NC}, {sets}, {mode}, "
+                    f"{row_bytes}, {nxt}>")
+            if nxt:
+                loop = self.loop_stack[-1]
+                k = loop.loop_var
+                wbuf = tirx.decl_buffer((4 * NT * (K // LANES_K),), "uint32", "dq_wbuf", scope="local")
+                self.loop_pre.setdefault(loop, []).append(tirx.AllocBuffer(wbuf))
+                tail = [tirx.address_of(tirx.BufferLoad(wbuf, [zero])), tirx.EQ(k, loop.min),
+                        tirx.LT(k + 1, loop.min + loop.extent)]
+            else:
+                tail = [tirx.reinterpret("handle", tirx.IntImm("uint64", 0)), tirx.const(True, "bool"),
+                        tirx.const(False, "bool")]
+            stmts.append(extern(name, a_ptr, tirx.address_of(tirx.BufferLoad(src.buffer, list(src.mins))),
+                                rows_left, cols_left, sc_ptr, c_ptr, *tail))
+            self.removed.append(P)
+            self.direct = True
+        else:
+            name = f"tl::gemm_dq4<{M}, {N}, {K}, {lay.warp_m}, {wn}, {swa}, {magic}, {NC}, {sets}, {mode}>"
+            stmts.append(extern(name, a_ptr, tirx.address_of(tirx.BufferLoad(P, [zero, zero])), sc_ptr, c_ptr))
         self.removed.append(ops["b"].buffer)
         self.fused_accumulators.append(c.buffer)
-        return tirx.SeqStmt(stmts, span=gemm.span)
+        return (tirx.SeqStmt(stmts, span=gemm.span) if len(stmts) > 1 else stmts[0]), drop
 
     def guard_loads(self, e: Any) -> Any:
         """Bounds-guard the global loads of ``e`` (0 outside the tensor), as the nest would have been."""
@@ -350,15 +443,17 @@ def fuse_dequant_gemm_cuda(func: tirx.PrimFunc, arch: str = "sm_90") -> tirx.Pri
         return s
 
     out = out.with_body(tvm_ffi.structural_map(out.body, [(tirx.AllocBuffer, drop)]))
-    return split_k_cluster(out, arch, pass_.fused_accumulators)
+    return split_k_cluster(out, arch, pass_.fused_accumulators, pass_.direct)
 
 
 NUM_SMS = {"sm_90": 132, "sm_90a": 132}  # the H100/H200 SXM count; clusters need sm_90
 
 
-def _split_factor(blocks: int, n: int, stages: int, arch: str) -> int:
-    """Blocks per cluster: double while the grid stays under half the SMs and each share keeps >= 2x stages
-    (at least 4) k-tiles; ``TILELANG_CORE_CUDA_SPLIT_K`` forces a value (1 = off)."""
+def _split_factor(blocks: int, n: int, stages: int, arch: str, direct: bool = False) -> int:
+    """Blocks per cluster. Weights through shared memory: double while the grid stays under half the SMs and each
+    share keeps >= 2x stages (at least 4) k-tiles. Weights from global memory (``direct``): the loads in flight
+    come from resident warps alone, so double while the grid is under two blocks per SM and each share keeps at
+    least ``max(2, stages)`` k-tiles. ``TILELANG_CORE_CUDA_SPLIT_K`` forces a value (1 = off)."""
     forced = int(os.environ.get("TILELANG_CORE_CUDA_SPLIT_K", "0"))
     sms = NUM_SMS.get(arch)
     if sms is None:
@@ -367,12 +462,16 @@ def _split_factor(blocks: int, n: int, stages: int, arch: str) -> int:
         ok = forced in (1, 2, 4, 8) and n % forced == 0 and n // forced >= stages
         return forced if ok else 1
     s = 1
+    if direct:
+        while s < 8 and blocks * s < 2 * sms and n % (s * 2) == 0 and n // (s * 2) >= max(2, stages):
+            s *= 2
+        return s
     while (s < 8 and blocks * s * 2 <= sms and n % (s * 2) == 0 and n // (s * 2) >= max(4, 2 * stages)):
         s *= 2
     return s
 
 
-def split_k_cluster(func: tirx.PrimFunc, arch: str, accs: list[Any]) -> tirx.PrimFunc:
+def split_k_cluster(func: tirx.PrimFunc, arch: str, accs: list[Any], direct: bool = False) -> tirx.PrimFunc:
     """Split the fused K loop over a cluster of blocks when the grid leaves most SMs idle (see the module doc)."""
     grid, threads = launch_info(func)
     if grid[2] != 1 or len(accs) != 1:
@@ -404,13 +503,15 @@ def split_k_cluster(func: tirx.PrimFunc, arch: str, accs: list[Any]) -> tirx.Pri
     stages = int(loop.annotations[STAGES_ATTR])
     if n is None:
         return func
-    S = _split_factor(grid[0] * grid[1], n, stages, arch)
+    S = _split_factor(grid[0] * grid[1], n, stages, arch, direct)
     if S == 1:
         return func
     bz = tvm.ir.Var("bz_split", "int32")
     chunk = n // S
-    new_loop = tirx.For(loop.loop_var, loop.min + bz * chunk, tirx.IntImm("int32", chunk), loop.kind, loop.body,
-                        loop.thread_binding, loop.annotations, loop.step, loop.span)
+    lo = loop.min + bz * chunk
+    new_loop = tirx.For(loop.loop_var, lo, tirx.IntImm("int32", chunk), loop.kind,
+                        _rebound_dq4g(loop.body, loop.loop_var, lo, lo + chunk), loop.thread_binding,
+                        loop.annotations, loop.step, loop.span)
     layouts, locs = layouts_of(func), locals_of(func)
     regs = layouts[acc].num_regs
     loc = locs[acc]
@@ -432,6 +533,20 @@ def split_k_cluster(func: tirx.PrimFunc, arch: str, accs: list[Any]) -> tirx.Pri
     out = func.with_body(tvm_ffi.structural_map(func.body, [(tirx.For, swap)]))
     out = out.with_attr(ATTR_LAUNCH, {"grid": [grid[0], grid[1], S], "threads": threads})
     return out.with_attr(ATTR_CLUSTER, [1, 1, S])
+
+
+def _rebound_dq4g(body: Any, k: Any, lo: Any, hi: Any) -> Any:
+    """``body`` with the (first, has_next) arguments of its ``tl::gemm_dq4g`` calls (the last two) recomputed for
+    the loop bounds ``[lo, hi)`` of k (the register double buffer must follow the split loop)."""
+    def fix(c: Any) -> Any:
+        if not (c.args and isinstance(c.args[0], tvm.ir.StringImm) and str(c.args[0].value).startswith(
+                "tl::gemm_dq4g<")):
+            return c
+        args = list(c.args)
+        args[-2], args[-1] = tirx.EQ(k, lo), tirx.LT(k + 1, hi)
+        return tirx.call_extern(dtype_of(c) or "int32", *args)
+
+    return tvm_ffi.structural_map(body, [(tvm.ir.Call, fix)])
 
 
 def _calls(node: Any, prefix: str) -> bool:

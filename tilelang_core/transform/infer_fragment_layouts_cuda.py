@@ -15,6 +15,13 @@ which element. Constraints are collected over the whole kernel and solved with a
   it), unless its class holds a gemm accumulator (then a reduction writes each thread's share);
 * any other class is ``blocked`` (coalesced 16-byte chunks along the last dimension).
 
+A ``blocked`` class's chunk width is 16 bytes of the narrowest *global* tensor its ``T.Parallel`` nests and
+``T.copy``s touch (8 elements for fp16 inputs), whatever the fragment's own type: registers have no access width,
+so an fp32 accumulator beside fp16 inputs holds 8-float chunks and the fp16 loads are 16 bytes wide
+(``tl.LowerParallelCUDA`` and ``tl.LowerTileOpsCUDA`` split the 32-byte fp32 side into legal accesses). A class
+that meets no global tensor sizes its chunks by its widest fragment type. Either way the width is capped by the
+largest power of two dividing the tile's last dimension.
+
 Each fragment gets a per-thread register array of the layout's size (allocated beside it); the layouts, the
 arrays and the swizzle of the shared tiles the tensor cores read are recorded as function attributes.
 """
@@ -41,7 +48,7 @@ from ._cuda_common import (
     thread_count,
 )
 from ._cuda_layouts import FragmentLayout, GemmPlan, dtype_bytes, plan_gemm, swizzle_shift
-from ._regions import squeezed
+from ._regions import is_global, squeezed
 from ._rewriter import Rewriter, const_int, location_of
 from .validate_tile_ops import tile_op_name
 
@@ -108,6 +115,8 @@ class _Collect(Rewriter):
         self.swizzle: dict[Any, int] = {}
         self.par: list[tuple[list[Any], list[Any], str]] = []
         self.n_nests = 0
+        self.nest_globals: dict[str, set[int]] = {}  # T.Parallel nest key -> element sizes of its global tensors
+        self.copy_globals: dict[Any, set[int]] = {}  # fragment -> sizes of global tensors T.copy moves it from/to
 
     # -- union-find ----------------------------------------------------------------------------------------
     def find(self, x: Any) -> Any:
@@ -175,6 +184,9 @@ class _Collect(Rewriter):
         args = list(s.value.args)
         if name == "tl.copy":
             src, dst = Region.of(args[0]), Region.of(args[1])
+            for frag, other in ((src.buffer, dst.buffer), (dst.buffer, src.buffer)):
+                if is_fragment(frag) and is_global(other):
+                    self.copy_globals.setdefault(frag, set()).add(dtype_bytes(str(other.dtype)))
             if is_fragment(src.buffer) and is_fragment(dst.buffer):
                 if [const_int(x) for x in src.buffer.shape] == [const_int(x) for x in dst.buffer.shape]:
                     self.union(src.buffer, dst.buffer)
@@ -217,6 +229,10 @@ class _Collect(Rewriter):
             self.access(ld.source, list(ld.indices), False, span)
 
     def access(self, buf: Any, idx: list[Any], write: bool, span: Any) -> None:
+        if tirx.is_buffer_var(buf) and is_global(buf):
+            for _, _, key in self.par:  # an inner nest's tensors are the enclosing nests' too
+                self.nest_globals.setdefault(key, set()).add(dtype_bytes(str(buf.dtype)))
+            return
         if not is_fragment(buf):
             return
         if not self.par:
@@ -268,6 +284,16 @@ def _row_layout(col: _Collect, members: list[Any], root_layout: list[tuple[Any, 
     return FragmentLayout.mma_row(rows, threads, wm, wn)
 
 
+def _chunk_elem_bytes(col: _Collect, root: Any, members: list[Any]) -> int:
+    """The element size a ``blocked`` class's chunks are sized for: the narrowest global tensor that its
+    ``T.Parallel`` nests and its ``T.copy``s access, else its widest fragment type."""
+    sizes = [b for m in members for b in col.copy_globals.get(m, ())]
+    for key, bs in col.nest_globals.items():
+        if col._is(col.find(key), root):
+            sizes += bs
+    return min(sizes) if sizes else max(dtype_bytes(str(m.dtype)) for m in members)
+
+
 def _layout_of_root(col: _Collect, root: Any, root_layout: list[tuple[Any, FragmentLayout]]) -> Any:
     """The layout already chosen for the union-find class ``root`` (None if not chosen yet)."""
     for r, lay in root_layout:
@@ -312,7 +338,7 @@ def infer_fragment_layouts_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
             deferred.append(members)
             continue
         shape = [const_int(x) for x in members[0].shape]
-        ebytes = max(dtype_bytes(str(m.dtype)) for m in members)
+        ebytes = _chunk_elem_bytes(col, root, members)
         rep_members = [m for m in members if m in col.needs_rep]
         if plans:
             mma = {(p.warp_m, p.warp_n) for p in plans if p.kind == "mma"}

@@ -5,11 +5,19 @@ thread: register ``r`` stands for element ``coords(threadIdx.x, r)``, so ``C[i, 
 accumulator is a handful of register operations, with no communication. Other fragments in the nest share that
 layout (the layout pass made sure); replicated fragments are read from the thread's full copy. A nest that only
 writes per-thread tiles runs whole in every thread. A nest over global or shared memory alone is split over
-the threads in coalesced chunks of up to 16 bytes (the ``blocked`` layout of its iteration domain).
+the threads in coalesced chunks of 16 bytes of its narrowest global tensor (the ``blocked`` layout of its
+iteration domain).
 
 Global accesses are bounds-checked where a ragged shape can push them out of the tensor (loads give 0, stores are
 skipped). When the whole nest provably stays inside, or a run-time check on the block says so, the nest takes an
-unguarded path whose contiguous, aligned accesses are vectorised (``float4`` loads and stores).
+unguarded path whose contiguous, aligned accesses are vectorised (``float4`` loads and stores), one chunk at a
+time. A chunk is sized for the narrowest tensor, so it can span more than 16 bytes of a wider type (8 lanes of an
+fp16 GEMV with an fp32 accumulator: 16 bytes of ``A``, 32 of ``acc`` and of the fp32 products). Such a chunk is
+computed in vectors of at most 16 bytes of the widest type the body computes with (two ``float4`` halves), and
+each narrower global or shared operand is moved in accesses of up to 16 bytes through a small register array
+(``A`` loaded as one ``uint4`` before the halves; a narrow output stored as one after them). Where the tensors'
+alignment does not allow the chunk's width, the widest power of two that it allows is used (element-wise code
+where there is none).
 
 Finally every remaining access to a replicated fragment becomes an access to its register array, ``T.alloc_var``
 scalars become one-element register arrays, and the fragment allocations are dropped.
@@ -65,6 +73,60 @@ def _has_calls(node: Any) -> bool:
 
     tvm_ffi.structural_map(node, [(tvm.ir.Call, rec)])
     return bool(found)
+
+
+def _value_bytes(node: Any) -> int:
+    """Bytes of the widest scalar type ``node`` loads, stores or computes with, index arithmetic left out: the
+    lane type of the vectors a vectorised loop over it builds."""
+    widest = 1
+
+    def opaque(ld: Any) -> Any:  # a load's indices are addresses, not lane values
+        return tvm.ir.Var("lane", dtype_of(ld))
+
+    def value_only(st: Any) -> Any:
+        return tirx.Evaluate(st.value)
+
+    def note(e: Any) -> Any:
+        nonlocal widest
+        dt = dtype_of(e)
+        if dt and dt != "handle":
+            widest = max(widest, dtype_bytes(dt))
+        return e
+
+    flat = tvm_ffi.structural_map(node, [(tvm.ir.TensorLoad, opaque), (tirx.BufferStore, value_only)])
+    tvm_ffi.structural_map(flat, [(tvm.ir.Expr, note)])
+    return widest
+
+
+def _free_vars(e: Any) -> list[Any]:
+    out: list[Any] = []
+
+    def rec(v: Any) -> Any:
+        out.append(v)
+        return v
+
+    tvm_ffi.structural_map(e, [(tvm.ir.Var, rec)])
+    return out
+
+
+def _defined_in(node: Any) -> list[Any]:
+    """Variables bound inside ``node`` (inner loops, ``Bind``)."""
+    out: list[Any] = []
+
+    def loop(s: Any) -> Any:
+        out.append(s.loop_var)
+        return s
+
+    def bind(s: Any) -> Any:
+        out.append(s.var)
+        return s
+
+    tvm_ffi.structural_map(node, [(tirx.For, loop), (tirx.Bind, bind)])
+    return out
+
+
+def _contains(bufs: list[Any], buf: Any) -> bool:
+    return any(b.same_as(buf) for b in bufs)
 
 
 def _allocated_in(node: Any) -> list[Any]:
@@ -256,8 +318,10 @@ class LowerParallelCUDA(Rewriter):
             return self.lower_over_layout(s, vs, exts_c, body, lay)
         if per_thread_written:
             return self.lower_replicated(s, vs, exts_c, body)
-        es = [dtype_bytes(str(b.dtype)) for b in accessed if tirx.is_buffer_var(b)] or [4]
-        lay = FragmentLayout.blocked(exts_c, self.threads, max(es))
+        bufs = [b for b in accessed if tirx.is_buffer_var(b)]
+        es = [dtype_bytes(str(b.dtype)) for b in bufs] or [4]
+        gs = [dtype_bytes(str(b.dtype)) for b in bufs if is_global(b)]
+        lay = FragmentLayout.blocked(exts_c, self.threads, min(gs) if gs else max(es))
         return self.lower_over_layout(s, vs, exts_c, body, lay)
 
     def lower_replicated(self, s: Any, vs: list[Any], exts: list[int], body: Any) -> Any:
@@ -289,7 +353,7 @@ class LowerParallelCUDA(Rewriter):
             self.bind_loop(v, tirx.IntImm("int32", 0), tirx.IntImm("int32", vec))
             lane_coords = coords[:-1] + [coords[-1] + v]
             b = substitute(self.map_fragments(body, vs, base + v), dict(zip(vs, lane_coords)))
-            loop = make_for(v, vec, b, ForKind.VECTORIZED)
+            loop = self.vector_chunk(b, v, vec, width)
             return tirx.IfThenElse(valid, loop, None) if valid is not None else loop
 
         def iterate(count: int, fn: Any) -> Any:
@@ -299,14 +363,17 @@ class LowerParallelCUDA(Rewriter):
             self.bind_loop(q, tirx.IntImm("int32", 0), tirx.IntImm("int32", count))
             return make_for(q, count, fn(q))
 
-        use_vec = False
+        width = 1  # the widest vector access to global/shared memory the chunks allow (a divisor of vec)
         if vec > 1:
             probe_v = new_var("probe")
             self.bind_loop(probe_v, tirx.IntImm("int32", 0), tirx.IntImm("int32", vec))
             coords, _ = lay.coords(self.tid, 0, self.ana)
             probe = substitute(self.map_fragments(body, vs, probe_v), dict(zip(vs, coords[:-1] + [coords[-1] +
                                                                                                 probe_v])))
-            use_vec = self.vectorizable(probe, probe_v, vec)
+            width = vec
+            while width > 1 and not self.vectorizable(probe, probe_v, width):
+                width //= 2
+        use_vec = width > 1
         tconds = self.nest_in_bounds(body, vs, exts)
         if use_vec:
             fast = iterate(n_regs // vec, chunk)
@@ -318,6 +385,116 @@ class LowerParallelCUDA(Rewriter):
         if len(tconds) == 1 and const_int(tconds[0]) == 0:
             return slow
         return tirx.IfThenElse(and_all(tconds), fast, slow, span=s.span)
+
+    def vector_chunk(self, b: Any, v: Any, vec: int, width: int) -> Any:
+        """The ``vec`` lanes ``v`` of one chunk of body ``b``, whose global/shared accesses are contiguous in ``v``
+        and allow vectors of ``width`` lanes (a divisor of ``vec``).
+
+        Vectors hold at most 16 bytes of the widest type ``b`` computes with (``sub`` lanes). When that is the
+        whole chunk, the chunk is one vectorised loop. Otherwise each ``width``-lane group is computed ``sub``
+        lanes at a time, and the group's narrower global/shared operands go through register arrays in accesses
+        of up to 16 bytes (:meth:`stage`)."""
+        sub = min(width, max(16 // _value_bytes(b), 1))
+        if sub == vec:
+            return make_for(v, vec, b, ForKind.VECTORIZED)
+        out = []
+        for g in range(vec // width):
+            u = new_var("vec")
+            self.bind_loop(u, tirx.IntImm("int32", 0), tirx.IntImm("int32", width))
+            bg = substitute(b, {v: _offset(u, g * width)})
+            pre: list[Any] = []
+            post: list[Any] = []
+            if sub < width:
+                bg, pre, post = self.stage(bg, u, width, sub)
+            out += pre
+            for h in range(width // sub):
+                w = new_var("vec")
+                self.bind_loop(w, tirx.IntImm("int32", 0), tirx.IntImm("int32", sub))
+                out.append(make_for(w, sub, substitute(bg, {u: _offset(w, h * sub)}), ForKind.VECTORIZED))
+            out += post
+        return seq(out)
+
+    def stage(self, b: Any, u: Any, width: int, sub: int) -> tuple[Any, list[Any], list[Any]]:
+        """Route the global/shared operands of ``b`` (lanes ``u`` of a ``width``-lane group, computed ``sub`` lanes
+        at a time) that are narrower than its widest type through per-thread register arrays: a load is moved
+        into its array before the group (``min(width, 16 / size)`` lanes per access) and read from it lane by
+        lane; a store at the top level of ``b`` writes its array, which is stored after the group. Returns the
+        new body and the statements that go before and after it.
+
+        A load is hoisted only where that cannot change what it reads (the fast path's accesses are all in
+        bounds): ``b`` must not write its buffer, and its index must not use values computed inside ``b``. A store
+        is deferred only when ``b`` does not read its buffer and it is not under a condition or loop."""
+        widest = _value_bytes(b)
+        written = [st.buffer for st in _stores_in(b)]
+        read = [ld.source for ld in loads_in(b)]
+        inner = _defined_in(b)
+
+        def lanes_of(buf: Any, dtype: str) -> int:
+            """Lanes per access of a staged operand; 0: leave the access in the computation."""
+            if not (tirx.is_buffer_var(buf) and (is_global(buf) or is_shared(buf))):
+                return 0
+            es = dtype_bytes(dtype)
+            lanes = min(width, max(16 // es, 1))
+            return lanes if es < widest and lanes > sub else 0
+
+        def index_ok(idx: list[Any]) -> bool:
+            return not any(loads_in(i) for i in idx) and not any(
+                _contains(inner, x) for i in idx for x in _free_vars(i))
+
+        def moves(lanes: int, fn: Any) -> list[Any]:
+            """``width // lanes`` vectorised statements ``fn(lane var + first lane)`` of ``lanes`` lanes each."""
+            out = []
+            for p in range(width // lanes):
+                x = new_var("vec")
+                self.bind_loop(x, tirx.IntImm("int32", 0), tirx.IntImm("int32", lanes))
+                out.append(make_for(x, lanes, fn(_offset(x, p * lanes)), ForKind.VECTORIZED))
+            return out
+
+        allocs: list[Any] = []
+        pre: list[Any] = []
+        post: list[Any] = []
+        staged: list[tuple[Any, Any]] = []  # (load, register array)
+        for ld in loads_in(b):
+            lanes = lanes_of(ld.source, dtype_of(ld))
+            if not lanes or _contains(written, ld.source) or not index_ok(list(ld.indices)):
+                continue
+            if any(tvm_ffi.structural_equal(ld, x) for x, _ in staged):
+                continue
+            arr = tirx.decl_buffer((width,), dtype_of(ld), f"{ld.source.name}_vec", scope="local")
+            allocs.append(tirx.AllocBuffer(arr))
+            staged.append((ld, arr))
+            pre += moves(lanes, lambda lane, ld=ld, arr=arr: tirx.BufferStore(arr, substitute(ld, {u: lane}),
+                                                                             [lane]))
+
+        def from_array(ld: Any) -> Any:
+            for x, arr in staged:
+                if tvm_ffi.structural_equal(ld, x):
+                    return tirx.BufferLoad(arr, [u])
+            return ld
+
+        if staged:
+            b = tvm_ffi.structural_map(b, [(tvm.ir.TensorLoad, from_array)])
+        items = list(b.seq) if isinstance(b, tirx.SeqStmt) else [b]
+        for n, st in enumerate(items):
+            if not isinstance(st, tirx.BufferStore):
+                continue
+            lanes = lanes_of(st.buffer, str(st.buffer.dtype))
+            if not lanes or _contains(read, st.buffer) or not index_ok(list(st.indices)):
+                continue
+            arr = tirx.decl_buffer((width,), str(st.buffer.dtype), f"{st.buffer.name}_vec", scope="local")
+            allocs.append(tirx.AllocBuffer(arr))
+            items[n] = tirx.BufferStore(arr, st.value, [u], span=st.span)
+            post += moves(lanes, lambda lane, st=st, arr=arr: tirx.BufferStore(
+                st.buffer, tirx.BufferLoad(arr, [lane]), [substitute(i, {u: lane}) for i in st.indices],
+                span=st.span))
+        if post:
+            b = seq(items, b.span)
+        return b, allocs + pre, post
+
+
+def _offset(var: Any, first: int) -> Any:
+    """``var + first`` (``var`` itself for 0)."""
+    return var + first if first else var
 
 
 def _retire_fragments(func: tirx.PrimFunc) -> tirx.PrimFunc:

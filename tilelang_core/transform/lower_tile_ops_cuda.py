@@ -4,8 +4,12 @@ Memory kinds: global (``G``), shared (``S``), distributed fragments (``F``: each
 register array the layout pass allocated), and per-thread full tiles (``R``: replicated fragments, ``T.alloc_local``
 and ``T.alloc_var`` buffers).
 
-* ``tl.copy`` — into or out of a distributed fragment: each thread moves the elements its layout gives it, 16 bytes
+* ``tl.copy`` — into or out of a distributed fragment: each thread moves the elements its layout gives it, a chunk
   at a time where the layout's chunks and the tensor's alignment allow (``mma`` accumulators: pairs of columns).
+  A ``blocked`` chunk is 16 bytes of the narrowest global tensor the fragment meets, so it can be wider than 16
+  bytes on one side (fp16 ``X`` into an fp32 fragment: 8 elements, 32 bytes of registers); no access is wider
+  than 16 bytes: the narrow side moves whole chunks through a small register array, the wide side 16 bytes at a
+  time.
   Between global and shared memory: the block's threads take consecutive 16-byte chunks (coalesced); a copy a
   software pipeline marked asynchronous becomes ``cp.async`` (``tl::cp_async_16``, zero-filling chunks outside a
   ragged tensor). Anything else falls back to guarded element copies. Into a per-thread tile: every thread copies
@@ -277,19 +281,58 @@ class LowerTileOpsCUDA(Rewriter):
             contiguous = vec * dtype_bytes(odt) <= 16
         use_vec = vec > 1 and contiguous and self.aligned(other, vec)
 
-        def chunk(q: int, guarded: bool) -> Any:
+        fb, ob = dtype_bytes(fdt), dtype_bytes(odt)
+        sub = min(vec, max(16 // max(fb, ob), 1))  # lanes per access of the wider side (the computation's vectors)
+
+        def chunk(q: Any, guarded: bool) -> Any:
             base = q * vec
             coords, valid = lay.coords(self.tid, base, self.ana)
             tc, _ = tile_coords(coords)
             oi = indices_at(other, od, tc)
-            oi_vec = oi[:-1] + [tirx.Ramp(oi[-1], 1, vec)]
-            ramp = [tirx.Ramp(_imm(base), 1, vec)]
             conds = in_bounds_conds(other.buffer, oi, self.ana) if guarded and is_global(other.buffer) else []
+
+            def at_other(first: int, lanes: int) -> list[Any]:
+                return oi[:-1] + [tirx.Ramp(oi[-1] + first if first else oi[-1], 1, lanes)]
+
+            def at_reg(first: int, lanes: int) -> list[Any]:
+                start = base + first
+                return [tirx.Ramp(_imm(start) if isinstance(start, int) else start, 1, lanes)]
+
+            def pieces(lanes: int, fn: Any) -> list[Any]:
+                return [fn(k * lanes, lanes) for k in range(vec // lanes)]
+
+            # the narrower global/shared side moves the whole chunk through a register array, in accesses of up
+            # to 16 bytes; the conversion runs ``sub`` lanes at a time
+            staged = sub < vec and ob < fb
+            arr = tirx.decl_buffer((vec,), odt, f"{other.buffer.name}_vec", scope="local") if staged else None
+            olanes = min(vec, max(16 // ob, 1))
+
+            def at_arr(first: int, lanes: int) -> list[Any]:
+                return [tirx.Ramp(_imm(first), 1, lanes)]
+
             if into:
-                st = tirx.BufferStore(loc, _cast(_load(other.buffer, oi_vec), f"{fdt}x{vec}"), ramp)
-                zero = tirx.BufferStore(loc, tirx.Broadcast(tirx.const(0, fdt), vec), ramp)
-                return _guard(conds, st, zero if conds else None)
-            return _guard(conds, tirx.BufferStore(other.buffer, _cast(_load(loc, ramp), f"{odt}x{vec}"), oi_vec))
+                if arr is None:
+                    stmts = pieces(sub, lambda f, n: tirx.BufferStore(
+                        loc, _cast(_load(other.buffer, at_other(f, n)), f"{fdt}x{n}"), at_reg(f, n)))
+                else:
+                    stmts = [tirx.AllocBuffer(arr)]
+                    stmts += pieces(olanes, lambda f, n: tirx.BufferStore(
+                        arr, _load(other.buffer, at_other(f, n)), at_arr(f, n)))
+                    stmts += pieces(sub, lambda f, n: tirx.BufferStore(
+                        loc, _cast(_load(arr, at_arr(f, n)), f"{fdt}x{n}"), at_reg(f, n)))
+                zero = pieces(min(vec, max(16 // fb, 1)), lambda f, n: tirx.BufferStore(
+                    loc, tirx.Broadcast(tirx.const(0, fdt), n), at_reg(f, n)))
+                return _guard(conds, seq(stmts), seq(zero) if conds else None)
+            if arr is None:
+                stmts = pieces(sub, lambda f, n: tirx.BufferStore(
+                    other.buffer, _cast(_load(loc, at_reg(f, n)), f"{odt}x{n}"), at_other(f, n)))
+            else:
+                stmts = [tirx.AllocBuffer(arr)]
+                stmts += pieces(sub, lambda f, n: tirx.BufferStore(
+                    arr, _cast(_load(loc, at_reg(f, n)), f"{odt}x{n}"), at_arr(f, n)))
+                stmts += pieces(olanes, lambda f, n: tirx.BufferStore(
+                    other.buffer, _load(arr, at_arr(f, n)), at_other(f, n)))
+            return _guard(conds, seq(stmts))
 
         n_regs = lay.num_regs
         force = lay.const_regs

@@ -31,14 +31,86 @@ __device__ __forceinline__ uint4 lds128(unsigned addr) {
   return v;
 }
 
+// (a & mask) | magic in one lop3 (the compiler's own lowering takes two: LOP3 has one immediate operand).
+__device__ __forceinline__ unsigned and_or(unsigned a, unsigned mask, unsigned magic) {
+  unsigned d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "r"(mask), "r"(magic));
+  return d;
+}
+
 // (nibbles s, s+4 of w) -> half2 (q_s - z, q_{s+4} - z) * scale, as the 32-bit register mma.sync takes.
 template <int MAGIC>
 __device__ __forceinline__ unsigned dq4_pair(unsigned w, half2 scale) {
-  const unsigned x = (w & 0x000F000Fu) | 0x64006400u;
+  const unsigned x = and_or(w, 0x000F000Fu, 0x64006400u);
   const half2 h = *reinterpret_cast<const half2*>(&x);
   const half2 m = __half2half2(__ushort_as_half(static_cast<unsigned short>(MAGIC)));
   const half2 r = __hmul2(__hsub2(h, m), scale);
   return *reinterpret_cast<const unsigned*>(&r);
+}
+
+// One 128-wide k chunk of a warp: the lane's words bw[ni] (already rotated by q, see above) times the A fragments
+// of rows row0 .. row0 + 16*MT of the fp16 shared tile A (row length K), accumulated into C / xacc.
+template <int MT, int NT, int K, int SWZ_A, int MAGIC, int SETS, int MODE>
+__device__ __forceinline__ void dq4_chunk(unsigned a_base, int row0, int kc, int g, int q, const uint4* bw,
+                                          const half2* s2, float* C, float (*xacc)[MT * NT * 4], unsigned& fold) {
+  const int k0 = kc * 128 + q * 32;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    const int kw = k0 + 8 * ((w + q) & 3);  // the physical k of this step's word for this lane
+    unsigned a[2][MT][4];
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi) {
+      const int row = row0 + mi * 16 + g;
+      const uint4 lo = lds128(a_base + swizzle<SWZ_A>((row * K + kw) * 2));
+      const uint4 hi = lds128(a_base + swizzle<SWZ_A>(((row + 8) * K + kw) * 2));
+      a[0][mi][0] = __byte_perm(lo.x, lo.z, 0x5410);  // row g:     k0' + 0, + 4
+      a[0][mi][1] = __byte_perm(hi.x, hi.z, 0x5410);  // row g + 8
+      a[0][mi][2] = __byte_perm(lo.x, lo.z, 0x7632);  // row g:     k0' + 1, + 5
+      a[0][mi][3] = __byte_perm(hi.x, hi.z, 0x7632);
+      a[1][mi][0] = __byte_perm(lo.y, lo.w, 0x5410);  // k0' + 2, + 6
+      a[1][mi][1] = __byte_perm(hi.y, hi.w, 0x5410);
+      a[1][mi][2] = __byte_perm(lo.y, lo.w, 0x7632);  // k0' + 3, + 7
+      a[1][mi][3] = __byte_perm(hi.y, hi.w, 0x7632);
+    }
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni) {
+      const unsigned wd = w == 0 ? bw[ni].x : w == 1 ? bw[ni].y : w == 2 ? bw[ni].z : bw[ni].w;
+      unsigned b[2][2];
+      b[0][0] = dq4_pair<MAGIC>(wd, s2[ni]);
+      b[0][1] = dq4_pair<MAGIC>(wd >> 4, s2[ni]);
+      b[1][0] = dq4_pair<MAGIC>(wd >> 8, s2[ni]);
+      b[1][1] = dq4_pair<MAGIC>(wd >> 12, s2[ni]);
+      if constexpr (MODE == 2) {
+        fold ^= b[0][0] ^ b[0][1] ^ b[1][0] ^ b[1][1] ^ a[0][0][0] ^ a[1][0][3];
+      } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int set = ((kc * 4 + w) * 2 + h) % SETS;  // a compile-time constant once unrolled
+          float* acc = set == 0 ? C : xacc[set > 0 ? set - 1 : 0];
+#pragma unroll
+          for (int mi = 0; mi < MT; ++mi) Mma16816<half>::run(acc + (mi * NT + ni) * 4, a[h][mi], b[h]);
+        }
+      }
+    }
+  }
+}
+
+// Lane q takes its four words in the order q, q+1, ... (mod 4): the A chunks the lanes of a quarter warp read at
+// one step then fall in distinct bank groups (without it lanes q and q+2 collide: 2-way conflicts).
+__device__ __forceinline__ uint4 dq4_rotate(uint4 v, int q) {
+  if (q & 1) v = make_uint4(v.y, v.z, v.w, v.x);
+  if (q & 2) v = make_uint4(v.z, v.w, v.x, v.y);
+  return v;
+}
+
+template <int SETS, int R>
+__device__ __forceinline__ void dq4_fold_sets(float* C, float (*xacc)[R], unsigned fold, int mode) {
+#pragma unroll
+  for (int s = 0; s + 1 < SETS; ++s) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) C[r] += xacc[s][r];
+  }
+  if (mode == 2) C[0] += __uint_as_float(fold & 0x3fffffffu) * 1e-30f;
 }
 
 template <int M, int N, int K, int WARP_M, int WARP_N, int SWZ_A, int MAGIC, int NC, int SETS = 1, int MODE = 0>
@@ -60,51 +132,177 @@ __device__ __forceinline__ void gemm_dq4(const half* A, const unsigned char* P, 
   }
 #pragma unroll
   for (int kc = 0; kc < K / 128; ++kc) {
-    const int k0 = kc * 128 + q * 32;
     uint4 bw[NT];
     half2 s2[NT];
 #pragma unroll
     for (int ni = 0; ni < NT; ++ni) {
-      uint4 v = lds128(p_base + (wc * WN + ni * 8 + g) * (K / 2) + k0 / 2);
-      // lane q takes its four words in the order q, q+1, ... (mod 4): the A chunks the lanes of a quarter warp
-      // read at one step then fall in distinct bank groups (without it lanes q and q+2 collide: 2-way conflicts)
-      if (q & 1) v = make_uint4(v.y, v.z, v.w, v.x);
-      if (q & 2) v = make_uint4(v.z, v.w, v.x, v.y);
-      bw[ni] = v;
+      bw[ni] = dq4_rotate(lds128(p_base + (wc * WN + ni * 8 + g) * (K / 2) + kc * 64 + q * 16), q);
+      s2[ni] = __half2half2(sc[ni * NC + (NC == 1 ? 0 : kc)]);
+    }
+    dq4_chunk<MT, NT, K, SWZ_A, MAGIC, SETS, MODE>(a_base, wr * WM, kc, g, q, bw, s2, C, xacc, fold);
+  }
+  dq4_fold_sets<SETS, MT * NT * 4>(C, xacc, fold, MODE);
+}
+
+// -- weights straight from global memory (decode tiles: one warp row, WARP_M == 1) ------------------------------
+// The same product as gemm_dq4, but the packed weights never touch shared memory: each lane loads its 16-byte
+// chunks of the tile's rows straight from global memory (ld.global.nc, no L1 allocation: every weight is read
+// once). Pg points at the tile's first byte (row r0, byte c0) of the packed tensor, whose rows are ROW_BYTES long;
+// rows_left / cols_left count the rows / bytes of the tensor at or after (r0, c0) — chunks outside read as zeros,
+// as the program's zero-filling copy gave.
+//
+// NEXT > 0 is the register double buffer: the k loop advances NEXT bytes along the rows per iteration, and each
+// call issues the loads of the *next* tile into wbuf (this thread's registers, kept across iterations) before it
+// computes on the current one, so a warp always has a whole tile of loads in flight while its tensor cores work;
+// `first` (the loop's first iteration: load the current tile too) and `has_next` come from the loop bounds. NEXT
+// == 0 loads the current tile at the start of the call.
+//
+// Per 32-bit word (8 weights) the unpack is one shift, four lop3 and four half2 ops that subtract the zero point
+// (hsub2 on 1024 + q, or hfma2 by 1/16 on 1024 + 16q for the odd nibbles, which saves the shifts) and four hmul2
+// by the scale: exact, bit-identical to the program's fp16 (q - z) * s. The A fragments' shared-memory addresses
+// are formed once per call (the swizzle only mixes the row into the 16-byte chunk index), so the loop body is
+// loads, permutes, the unpack and mma.sync.
+__device__ __forceinline__ uint4 ldg128_stream(const void* p, bool pred) {
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+      " @p ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
+      : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+      : "l"(p), "r"(static_cast<int>(pred)));
+  return v;
+}
+
+template <int KC, int NT, int WN, int ROW_BYTES>
+__device__ __forceinline__ void dq4_load_tile(uint4 (&bw)[KC][NT], const unsigned char* Pg, int rows_left,
+                                              int cols_left, int wc, int g, int q) {
+#pragma unroll
+  for (int ni = 0; ni < NT; ++ni) {
+    const int row = wc * WN + ni * 8 + g;
+    const unsigned char* p = Pg + static_cast<long long>(row) * ROW_BYTES + q * 16;
+#pragma unroll
+    for (int kc = 0; kc < KC; ++kc)
+      bw[kc][ni] = ldg128_stream(p + kc * 64, row < rows_left && kc * 64 + q * 16 + 16 <= cols_left);
+  }
+}
+
+// Nibbles (0,4), (1,5), (2,6), (3,7) of w as half2 (q - z) * s: b[0][0], b[0][1], b[1][0], b[1][1] (the order the A
+// fragments of dq4_chunk expect).
+template <int MAGIC, int MAGIC_HI>
+__device__ __forceinline__ void dq4_unpack(unsigned w, half2 s, unsigned (&b)[2][2]) {
+  const half2 m = __half2half2(__ushort_as_half(static_cast<unsigned short>(MAGIC)));
+  const half2 mh = __half2half2(__ushort_as_half(static_cast<unsigned short>(MAGIC_HI)));
+  const half2 sixteenth = __half2half2(__ushort_as_half(static_cast<unsigned short>(0x2C00)));  // 1/16
+  const unsigned w8 = w >> 8;
+  const unsigned x[4] = {and_or(w, 0x000F000Fu, 0x64006400u), and_or(w, 0x00F000F0u, 0x64006400u),
+                         and_or(w8, 0x000F000Fu, 0x64006400u), and_or(w8, 0x00F000F0u, 0x64006400u)};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const half2 h = *reinterpret_cast<const half2*>(&x[i]);
+    const half2 v = (i & 1) ? __hfma2(h, sixteenth, mh) : __hsub2(h, m);
+    const half2 r = __hmul2(v, s);
+    b[i >> 1][i & 1] = *reinterpret_cast<const unsigned*>(&r);
+  }
+}
+
+template <int M, int N, int K, int WARP_N, int SWZ_A, int MAGIC, int MAGIC_HI, int NC, int SETS, int MODE,
+          int ROW_BYTES, int NEXT>
+__device__ __forceinline__ void gemm_dq4g(const half* A, const unsigned char* Pg, int rows_left, int cols_left,
+                                          const half* sc, float* C, void* wbuf_, bool first, bool has_next) {
+  unsigned* wbuf = static_cast<unsigned*>(wbuf_);
+  constexpr int WN = N / WARP_N;
+  constexpr int MT = M / 16, NT = WN / 8, KC = K / 128;
+  static_assert(M % 16 == 0 && WN % 8 == 0 && K % 128 == 0 && ROW_BYTES % 16 == 0,
+                "gemm_dq4g: tile does not fit the warp grid");
+  static_assert(SWZ_A == 0 || (1 << SWZ_A) == K * 2, "gemm_dq4g: A must be unswizzled or swizzled by row");
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wc = warp % WARP_N;
+  const int g = lane / 4, q = lane % 4;
+  uint4 bw[KC][NT];
+  if constexpr (NEXT > 0) {
+    if (first) {
+      dq4_load_tile<KC, NT, WN, ROW_BYTES>(bw, Pg, rows_left, cols_left, wc, g, q);
+    } else {
+#pragma unroll
+      for (int kc = 0; kc < KC; ++kc)
+#pragma unroll
+        for (int ni = 0; ni < NT; ++ni) {
+          const unsigned* r = wbuf + (kc * NT + ni) * 4;
+          bw[kc][ni] = make_uint4(r[0], r[1], r[2], r[3]);
+        }
+    }
+    if (has_next) {
+      uint4 nx[KC][NT];
+      dq4_load_tile<KC, NT, WN, ROW_BYTES>(nx, Pg + NEXT, rows_left, cols_left - NEXT, wc, g, q);
+#pragma unroll
+      for (int kc = 0; kc < KC; ++kc)
+#pragma unroll
+        for (int ni = 0; ni < NT; ++ni) {
+          unsigned* r = wbuf + (kc * NT + ni) * 4;
+          r[0] = nx[kc][ni].x, r[1] = nx[kc][ni].y, r[2] = nx[kc][ni].z, r[3] = nx[kc][ni].w;
+        }
+    }
+  } else {
+    dq4_load_tile<KC, NT, WN, ROW_BYTES>(bw, Pg, rows_left, cols_left, wc, g, q);
+  }
+  if constexpr (MODE == 1) {  // measurement: the loads alone
+    unsigned x = 0;
+#pragma unroll
+    for (int kc = 0; kc < KC; ++kc)
+#pragma unroll
+      for (int ni = 0; ni < NT; ++ni) x ^= bw[kc][ni].x ^ bw[kc][ni].y ^ bw[kc][ni].z ^ bw[kc][ni].w;
+    C[0] += __uint_as_float(x & 0x3fffffffu) * 1e-30f;
+    return;
+  }
+  // A: lane (g, q) reads rows g (+8, +16*mi) at k = kc*128 + 32q + 8*((w + q) & 3); with a row swizzle the row only
+  // permutes 16-byte chunks inside a 128-byte line, so the four per-step offsets are fixed for the call.
+  const unsigned a_base = smem_addr(A);
+  unsigned a_off[4];
+#pragma unroll
+  for (int w = 0; w < 4; ++w) a_off[w] = a_base + swizzle<SWZ_A>((g * K + q * 32 + 8 * ((w + q) & 3)) * 2);
+  unsigned fold = 0;
+  float xacc[SETS > 1 ? SETS - 1 : 1][MT * NT * 4];
+#pragma unroll
+  for (int s = 0; s + 1 < SETS; ++s) {
+#pragma unroll
+    for (int r = 0; r < MT * NT * 4; ++r) xacc[s][r] = 0.f;
+  }
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc) {
+    uint4 bv[NT];
+    half2 s2[NT];
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni) {
+      bv[ni] = dq4_rotate(bw[kc][ni], q);
       s2[ni] = __half2half2(sc[ni * NC + (NC == 1 ? 0 : kc)]);
     }
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
-      const int kw = k0 + 8 * ((w + q) & 3);  // the physical k of this step's word for this lane
       unsigned a[2][MT][4];
 #pragma unroll
       for (int mi = 0; mi < MT; ++mi) {
-        const int row = wr * WM + mi * 16 + g;
-        const uint4 lo = lds128(a_base + swizzle<SWZ_A>((row * K + kw) * 2));
-        const uint4 hi = lds128(a_base + swizzle<SWZ_A>(((row + 8) * K + kw) * 2));
-        a[0][mi][0] = __byte_perm(lo.x, lo.z, 0x5410);  // row g:     k0' + 0, + 4
-        a[0][mi][1] = __byte_perm(hi.x, hi.z, 0x5410);  // row g + 8
-        a[0][mi][2] = __byte_perm(lo.x, lo.z, 0x7632);  // row g:     k0' + 1, + 5
+        const unsigned addr = a_off[w] + (kc * 128 + mi * 16 * K) * 2;
+        const uint4 lo = lds128(addr);
+        const uint4 hi = lds128(addr + 8 * K * 2);
+        a[0][mi][0] = __byte_perm(lo.x, lo.z, 0x5410);
+        a[0][mi][1] = __byte_perm(hi.x, hi.z, 0x5410);
+        a[0][mi][2] = __byte_perm(lo.x, lo.z, 0x7632);
         a[0][mi][3] = __byte_perm(hi.x, hi.z, 0x7632);
-        a[1][mi][0] = __byte_perm(lo.y, lo.w, 0x5410);  // k0' + 2, + 6
+        a[1][mi][0] = __byte_perm(lo.y, lo.w, 0x5410);
         a[1][mi][1] = __byte_perm(hi.y, hi.w, 0x5410);
-        a[1][mi][2] = __byte_perm(lo.y, lo.w, 0x7632);  // k0' + 3, + 7
+        a[1][mi][2] = __byte_perm(lo.y, lo.w, 0x7632);
         a[1][mi][3] = __byte_perm(hi.y, hi.w, 0x7632);
       }
 #pragma unroll
       for (int ni = 0; ni < NT; ++ni) {
-        const unsigned wd = w == 0 ? bw[ni].x : w == 1 ? bw[ni].y : w == 2 ? bw[ni].z : bw[ni].w;
+        const unsigned wd = w == 0 ? bv[ni].x : w == 1 ? bv[ni].y : w == 2 ? bv[ni].z : bv[ni].w;
         unsigned b[2][2];
-        b[0][0] = dq4_pair<MAGIC>(wd, s2[ni]);
-        b[0][1] = dq4_pair<MAGIC>(wd >> 4, s2[ni]);
-        b[1][0] = dq4_pair<MAGIC>(wd >> 8, s2[ni]);
-        b[1][1] = dq4_pair<MAGIC>(wd >> 12, s2[ni]);
+        dq4_unpack<MAGIC, MAGIC_HI>(wd, s2[ni], b);
         if constexpr (MODE == 2) {
           fold ^= b[0][0] ^ b[0][1] ^ b[1][0] ^ b[1][1] ^ a[0][0][0] ^ a[1][0][3];
         } else {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const int set = ((kc * 4 + w) * 2 + h) % SETS;  // a compile-time constant once unrolled
+            const int set = ((kc * 4 + w) * 2 + h) % SETS;
             float* acc = set == 0 ? C : xacc[set > 0 ? set - 1 : 0];
 #pragma unroll
             for (int mi = 0; mi < MT; ++mi) Mma16816<half>::run(acc + (mi * NT + ni) * 4, a[h][mi], b[h]);
@@ -113,12 +311,7 @@ __device__ __forceinline__ void gemm_dq4(const half* A, const unsigned char* P, 
       }
     }
   }
-#pragma unroll
-  for (int s = 0; s + 1 < SETS; ++s) {
-#pragma unroll
-    for (int r = 0; r < MT * NT * 4; ++r) C[r] += xacc[s][r];
-  }
-  if constexpr (MODE == 2) C[0] += __uint_as_float(fold & 0x3fffffffu) * 1e-30f;
+  dq4_fold_sets<SETS, MT * NT * 4>(C, xacc, fold, MODE);
 }
 
 // -- split-K across a thread-block cluster (sm_90) -------------------------------------------------------------
