@@ -104,6 +104,15 @@ __device__ __forceinline__ uint4 dq4_rotate(uint4 v, int q) {
 }
 
 template <int SETS, int R>
+__device__ __forceinline__ void dq4_zero_sets(float (*xacc)[R]) {
+#pragma unroll
+  for (int s = 0; s + 1 < SETS; ++s) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) xacc[s][r] = 0.f;
+  }
+}
+
+template <int SETS, int R>
 __device__ __forceinline__ void dq4_fold_sets(float* C, float (*xacc)[R], unsigned fold, int mode) {
 #pragma unroll
   for (int s = 0; s + 1 < SETS; ++s) {
@@ -125,11 +134,7 @@ __device__ __forceinline__ void gemm_dq4(const half* A, const unsigned char* P, 
   const int g = lane / 4, q = lane % 4;
   const unsigned a_base = smem_addr(A), p_base = smem_addr(P);
   float xacc[SETS > 1 ? SETS - 1 : 1][MT * NT * 4];
-#pragma unroll
-  for (int s = 0; s + 1 < SETS; ++s) {
-#pragma unroll
-    for (int r = 0; r < MT * NT * 4; ++r) xacc[s][r] = 0.f;
-  }
+  dq4_zero_sets<SETS, MT * NT * 4>(xacc);
 #pragma unroll
   for (int kc = 0; kc < K / 128; ++kc) {
     uint4 bw[NT];
@@ -261,11 +266,7 @@ __device__ __forceinline__ void gemm_dq4g(const half* A, const unsigned char* Pg
   for (int w = 0; w < 4; ++w) a_off[w] = a_base + swizzle<SWZ_A>((g * K + q * 32 + 8 * ((w + q) & 3)) * 2);
   unsigned fold = 0;
   float xacc[SETS > 1 ? SETS - 1 : 1][MT * NT * 4];
-#pragma unroll
-  for (int s = 0; s + 1 < SETS; ++s) {
-#pragma unroll
-    for (int r = 0; r < MT * NT * 4; ++r) xacc[s][r] = 0.f;
-  }
+  dq4_zero_sets<SETS, MT * NT * 4>(xacc);
 #pragma unroll
   for (int kc = 0; kc < KC; ++kc) {
     uint4 bv[NT];
