@@ -13,9 +13,10 @@ integer instructions per weight: at decode sizes (M <= 16) it runs well below fp
 quarter of the bytes. This pass recognises the nest + gemm pair and replaces it with one call of
 ``tl::gemm_dq4`` (``include/tl/dequant.cuh``), which unpacks in registers: each lane loads 16 bytes (32 weights)
 of its B row with one ``ld.shared.v4``, turns eight nibbles into four ``half2`` with the ``0x6400`` exponent trick
-(``lop3`` + ``hsub2`` + ``hmul2``: exact, and bit-identical to the program's ``(q - z) * s`` in fp16), and feeds
-them straight to ``mma.sync`` as B fragments. Because the order of a dot product's terms is free, the k indices
-of a fragment are permuted so that the nibbles a lane needs sit in one 32-bit word; the A fragments are loaded with
+(``lop3``, then ``hsub2`` or — odd nibbles, no shift — ``hfma2`` by 1/16, then ``hmul2``: exact, and
+bit-identical to the program's ``(q - z) * s`` in fp16), and feeds them straight to ``mma.sync`` as B fragments.
+Because the order of a dot product's terms is free, the k indices of a fragment are permuted so that the nibbles a
+lane needs sit in one 32-bit word; the A fragments are loaded with
 the same permutation (16-byte ``ld.shared`` + ``prmt``). ``B_shared`` disappears (less shared memory, so deeper
 pipelines fit). The scale expression ``S(i, j)`` is the program's own, evaluated in TIR for the rows this thread
 holds (it must be constant over each lane's 32-wide k chunk: per-channel scales or groups that are multiples of 32).
@@ -362,7 +363,8 @@ class FuseDequantGemmCUDA(Rewriter):
         else:
             stmts = sc_stmts
         swa = self.swizzle.get(a.buffer, 0)
-        magic = int(np.float16(1024 + zp).view(np.uint16))
+        magic = int(np.float16(1024 + zp).view(np.uint16))  # the even nibbles' 1024 + q, minus 1024 + z
+        magic_hi = int(np.float16(-(64 + zp)).view(np.uint16))  # the odd nibbles' (1024 + 16 q) / 16, minus 64 + z
         # independent accumulator sets: at least 4 mma.sync chains per warp (decode tiles have 1 or 2 accumulators)
         chains = (M // lay.warp_m // 16) * NT
         sets = int(os.environ.get("TILELANG_CORE_CUDA_DQ4_SETS", "0")) or max(1, min(4, 4 // chains))
@@ -379,7 +381,6 @@ class FuseDequantGemmCUDA(Rewriter):
             row_bytes = const_int(src.buffer.shape[1])
             rows_left = self.ana.simplify(src.buffer.shape[0] - src.mins[0])
             cols_left = self.ana.simplify(src.buffer.shape[1] - src.mins[1])
-            magic_hi = int(np.float16(-(64 + zp)).view(np.uint16))
             name = (f"tl::gemm_dq4g<{M}, {N}, {K}, {wn}, {swa}, {magic}, {magic_hi}, {NC}, {sets}, {mode}, "
                     f"{row_bytes}, {nxt}>")
             if nxt:
@@ -397,7 +398,8 @@ class FuseDequantGemmCUDA(Rewriter):
             self.removed.append(P)
             self.direct = True
         else:
-            name = f"tl::gemm_dq4<{M}, {N}, {K}, {lay.warp_m}, {wn}, {swa}, {magic}, {NC}, {sets}, {mode}>"
+            name = (f"tl::gemm_dq4<{M}, {N}, {K}, {lay.warp_m}, {wn}, {swa}, {magic}, {magic_hi}, {NC}, {sets}, "
+                    f"{mode}>")
             stmts.append(extern(name, a_ptr, tirx.address_of(tirx.BufferLoad(P, [zero, zero])), sc_ptr, c_ptr))
         self.removed.append(ops["b"].buffer)
         self.fused_accumulators.append(c.buffer)

@@ -6,15 +6,14 @@
 //
 // Lane l (g = l/4, q = l%4) of a warp owns B column n = g of each 8-column atom. For every 128-wide k chunk it
 // loads the 16 bytes (32 weights, k in [k0, k0 + 32) with k0 = chunk*128 + 32q) of that row with one
-// ld.shared.v4. A 32-bit word W of them holds k0' + 0..7 (k0' = k0 + 8w) as nibbles 0..7, and
-// (W >> 4s) & 0x000F000F is the pair (nibble s, nibble s+4): or-ed with 0x6400 per half it is the half2
-// (1024 + q_s, 1024 + q_{s+4}); subtracting 1024 + z (MAGIC, exact) and multiplying by the scale gives the
-// weights, bit-identical to the program's fp16 (q - z) * s. Since the k order of a dot product is free, the mma
+// ld.shared.v4. A 32-bit word W of them holds k0' + 0..7 (k0' = k0 + 8w) as nibbles 0..7; dq4_unpack turns it
+// into the pairs (nibble s, nibble s+4) as half2 (q - z) * s, bit-identical to the program's fp16 (q - z) * s
+// (see there). Since the k order of a dot product is free, the mma
 // k-step h (0, 1) of word w uses b0 = pair(2h), b1 = pair(2h + 1), i.e. logical k (2q, 2q+1, 2q+8, 2q+9) =
 // physical k0' + (2h, 2h+4, 2h+1, 2h+5); the A fragment is built from one 16-byte load of the same 8 physical k
 // of rows g and g + 8 and two byte permutes per register. (Lane q walks its four words starting at word q, which
-// keeps the A loads free of bank conflicts; A and B of a lane always use the same word, so the sum is unchanged.) sc: this thread's scales, sc[ni * NC + chunk] (NC == 1:
-// one per row). MODE is a measurement switch (TILELANG_CORE_CUDA_DQ4_MODE): 0 computes; 1 does nothing (the
+// keeps the A loads free of bank conflicts; A and B of a lane always use the same word, so the sum is
+// unchanged.) sc: this thread's scales, sc[ni * NC + chunk] (NC == 1: one per row). MODE is a measurement switch (TILELANG_CORE_CUDA_DQ4_MODE): 0 computes; 1 does nothing (the
 // kernel is then its memory pipeline alone); 2 unpacks but skips the mma.sync (xor-folds the weights into C[0]).
 // SETS > 1 accumulates successive k-steps into SETS register sets (summed into C at the end of the call): at decode
 // sizes a warp has only MT * NT accumulators, and one dependent mma.sync chain each would bound the loop by the
@@ -38,31 +37,54 @@ __device__ __forceinline__ unsigned and_or(unsigned a, unsigned mask, unsigned m
   return d;
 }
 
-// (nibbles s, s+4 of w) -> half2 (q_s - z, q_{s+4} - z) * scale, as the 32-bit register mma.sync takes.
-template <int MAGIC>
-__device__ __forceinline__ unsigned dq4_pair(unsigned w, half2 scale) {
-  const unsigned x = and_or(w, 0x000F000Fu, 0x64006400u);
-  const half2 h = *reinterpret_cast<const half2*>(&x);
+// Nibbles (0,4), (1,5), (2,6), (3,7) of w as half2 (q - z) * s: b[0][0], b[0][1], b[1][0], b[1][1] (the order the A
+// fragments of dq4_chunk expect). (w & 0x000F000F) | 0x6400 per half is (1024 + q_s, 1024 + q_{s+4}); minus
+// 1024 + z (MAGIC) is exact. The odd nibbles are masked in place, (w & 0x00F000F0) | 0x6400 = 1024 + 16 q, and
+// hfma2 by 1/16 with -(64 + z) (MAGIC_HI) gives q - z exactly with no shift; one shift by 8 serves nibbles 2..7.
+// Times the scale: one rounding, as the program's fp16 product.
+template <int MAGIC, int MAGIC_HI>
+__device__ __forceinline__ void dq4_unpack(unsigned w, half2 s, unsigned (&b)[2][2]) {
   const half2 m = __half2half2(__ushort_as_half(static_cast<unsigned short>(MAGIC)));
-  const half2 r = __hmul2(__hsub2(h, m), scale);
-  return *reinterpret_cast<const unsigned*>(&r);
+  const half2 mh = __half2half2(__ushort_as_half(static_cast<unsigned short>(MAGIC_HI)));
+  const half2 sixteenth = __half2half2(__ushort_as_half(static_cast<unsigned short>(0x2C00)));  // 1/16
+  const unsigned w8 = w >> 8;
+  const unsigned x[4] = {and_or(w, 0x000F000Fu, 0x64006400u), and_or(w, 0x00F000F0u, 0x64006400u),
+                         and_or(w8, 0x000F000Fu, 0x64006400u), and_or(w8, 0x00F000F0u, 0x64006400u)};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const half2 h = *reinterpret_cast<const half2*>(&x[i]);
+    const half2 v = (i & 1) ? __hfma2(h, sixteenth, mh) : __hsub2(h, m);
+    const half2 r = __hmul2(v, s);
+    b[i >> 1][i & 1] = *reinterpret_cast<const unsigned*>(&r);
+  }
 }
 
 // One 128-wide k chunk of a warp: the lane's words bw[ni] (already rotated by q, see above) times the A fragments
-// of rows row0 .. row0 + 16*MT of the fp16 shared tile A (row length K), accumulated into C / xacc.
-template <int MT, int NT, int K, int SWZ_A, int MAGIC, int SETS, int MODE>
+// of rows row0 .. row0 + 16*MT (row0 a multiple of 16) of the fp16 shared tile A (row length K), accumulated into
+// C / xacc. With no swizzle or a row swizzle (SWZ_A == log2 of the row's bytes: the row only permutes the 16-byte
+// chunks inside a 128-byte line) the four per-word A addresses do not depend on kc, mi or the +8 row, so they are
+// formed once; any other swizzle is applied per load.
+template <int MT, int NT, int K, int SWZ_A, int MAGIC, int MAGIC_HI, int SETS, int MODE>
 __device__ __forceinline__ void dq4_chunk(unsigned a_base, int row0, int kc, int g, int q, const uint4* bw,
                                           const half2* s2, float* C, float (*xacc)[MT * NT * 4], unsigned& fold) {
-  const int k0 = kc * 128 + q * 32;
+  constexpr bool ROW_SWIZZLE = SWZ_A == 0 || (1 << SWZ_A) == K * 2;
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
-    const int kw = k0 + 8 * ((w + q) & 3);  // the physical k of this step's word for this lane
+    const int kw = q * 32 + 8 * ((w + q) & 3);  // the physical k of this step's word for this lane, within the chunk
+    const unsigned a_w = a_base + swizzle<SWZ_A>(((row0 + g) * K + kw) * 2);
     unsigned a[2][MT][4];
 #pragma unroll
     for (int mi = 0; mi < MT; ++mi) {
-      const int row = row0 + mi * 16 + g;
-      const uint4 lo = lds128(a_base + swizzle<SWZ_A>((row * K + kw) * 2));
-      const uint4 hi = lds128(a_base + swizzle<SWZ_A>(((row + 8) * K + kw) * 2));
+      uint4 lo, hi;
+      if constexpr (ROW_SWIZZLE) {
+        const unsigned addr = a_w + (kc * 128 + mi * 16 * K) * 2;
+        lo = lds128(addr);
+        hi = lds128(addr + 8 * K * 2);
+      } else {
+        const int row = row0 + mi * 16 + g;
+        lo = lds128(a_base + swizzle<SWZ_A>((row * K + kc * 128 + kw) * 2));
+        hi = lds128(a_base + swizzle<SWZ_A>(((row + 8) * K + kc * 128 + kw) * 2));
+      }
       a[0][mi][0] = __byte_perm(lo.x, lo.z, 0x5410);  // row g:     k0' + 0, + 4
       a[0][mi][1] = __byte_perm(hi.x, hi.z, 0x5410);  // row g + 8
       a[0][mi][2] = __byte_perm(lo.x, lo.z, 0x7632);  // row g:     k0' + 1, + 5
@@ -76,10 +98,7 @@ __device__ __forceinline__ void dq4_chunk(unsigned a_base, int row0, int kc, int
     for (int ni = 0; ni < NT; ++ni) {
       const unsigned wd = w == 0 ? bw[ni].x : w == 1 ? bw[ni].y : w == 2 ? bw[ni].z : bw[ni].w;
       unsigned b[2][2];
-      b[0][0] = dq4_pair<MAGIC>(wd, s2[ni]);
-      b[0][1] = dq4_pair<MAGIC>(wd >> 4, s2[ni]);
-      b[1][0] = dq4_pair<MAGIC>(wd >> 8, s2[ni]);
-      b[1][1] = dq4_pair<MAGIC>(wd >> 12, s2[ni]);
+      dq4_unpack<MAGIC, MAGIC_HI>(wd, s2[ni], b);
       if constexpr (MODE == 2) {
         fold ^= b[0][0] ^ b[0][1] ^ b[1][0] ^ b[1][1] ^ a[0][0][0] ^ a[1][0][3];
       } else {
@@ -122,7 +141,8 @@ __device__ __forceinline__ void dq4_fold_sets(float* C, float (*xacc)[R], unsign
   if (mode == 2) C[0] += __uint_as_float(fold & 0x3fffffffu) * 1e-30f;
 }
 
-template <int M, int N, int K, int WARP_M, int WARP_N, int SWZ_A, int MAGIC, int NC, int SETS = 1, int MODE = 0>
+template <int M, int N, int K, int WARP_M, int WARP_N, int SWZ_A, int MAGIC, int MAGIC_HI, int NC, int SETS = 1,
+          int MODE = 0>
 __device__ __forceinline__ void gemm_dq4(const half* A, const unsigned char* P, const half* sc, float* C) {
   if constexpr (MODE == 1) return;
   unsigned fold = 0;
@@ -144,7 +164,7 @@ __device__ __forceinline__ void gemm_dq4(const half* A, const unsigned char* P, 
       bw[ni] = dq4_rotate(lds128(p_base + (wc * WN + ni * 8 + g) * (K / 2) + kc * 64 + q * 16), q);
       s2[ni] = __half2half2(sc[ni * NC + (NC == 1 ? 0 : kc)]);
     }
-    dq4_chunk<MT, NT, K, SWZ_A, MAGIC, SETS, MODE>(a_base, wr * WM, kc, g, q, bw, s2, C, xacc, fold);
+    dq4_chunk<MT, NT, K, SWZ_A, MAGIC, MAGIC_HI, SETS, MODE>(a_base, wr * WM, kc, g, q, bw, s2, C, xacc, fold);
   }
   dq4_fold_sets<SETS, MT * NT * 4>(C, xacc, fold, MODE);
 }
@@ -162,11 +182,7 @@ __device__ __forceinline__ void gemm_dq4(const half* A, const unsigned char* P, 
 // `first` (the loop's first iteration: load the current tile too) and `has_next` come from the loop bounds. NEXT
 // == 0 loads the current tile at the start of the call.
 //
-// Per 32-bit word (8 weights) the unpack is one shift, four lop3 and four half2 ops that subtract the zero point
-// (hsub2 on 1024 + q, or hfma2 by 1/16 on 1024 + 16q for the odd nibbles, which saves the shifts) and four hmul2
-// by the scale: exact, bit-identical to the program's fp16 (q - z) * s. The A fragments' shared-memory addresses
-// are formed once per call (the swizzle only mixes the row into the 16-byte chunk index), so the loop body is
-// loads, permutes, the unpack and mma.sync.
+// The unpack (dq4_unpack) and the A fragments (dq4_chunk) are gemm_dq4's.
 __device__ __forceinline__ uint4 ldg128_stream(const void* p, bool pred) {
   uint4 v = make_uint4(0u, 0u, 0u, 0u);
   asm volatile(
@@ -187,25 +203,6 @@ __device__ __forceinline__ void dq4_load_tile(uint4 (&bw)[KC][NT], const unsigne
 #pragma unroll
     for (int kc = 0; kc < KC; ++kc)
       bw[kc][ni] = ldg128_stream(p + kc * 64, row < rows_left && kc * 64 + q * 16 + 16 <= cols_left);
-  }
-}
-
-// Nibbles (0,4), (1,5), (2,6), (3,7) of w as half2 (q - z) * s: b[0][0], b[0][1], b[1][0], b[1][1] (the order the A
-// fragments of dq4_chunk expect).
-template <int MAGIC, int MAGIC_HI>
-__device__ __forceinline__ void dq4_unpack(unsigned w, half2 s, unsigned (&b)[2][2]) {
-  const half2 m = __half2half2(__ushort_as_half(static_cast<unsigned short>(MAGIC)));
-  const half2 mh = __half2half2(__ushort_as_half(static_cast<unsigned short>(MAGIC_HI)));
-  const half2 sixteenth = __half2half2(__ushort_as_half(static_cast<unsigned short>(0x2C00)));  // 1/16
-  const unsigned w8 = w >> 8;
-  const unsigned x[4] = {and_or(w, 0x000F000Fu, 0x64006400u), and_or(w, 0x00F000F0u, 0x64006400u),
-                         and_or(w8, 0x000F000Fu, 0x64006400u), and_or(w8, 0x00F000F0u, 0x64006400u)};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const half2 h = *reinterpret_cast<const half2*>(&x[i]);
-    const half2 v = (i & 1) ? __hfma2(h, sixteenth, mh) : __hsub2(h, m);
-    const half2 r = __hmul2(v, s);
-    b[i >> 1][i & 1] = *reinterpret_cast<const unsigned*>(&r);
   }
 }
 
@@ -258,13 +255,8 @@ __device__ __forceinline__ void gemm_dq4g(const half* A, const unsigned char* Pg
     C[0] += __uint_as_float(x & 0x3fffffffu) * 1e-30f;
     return;
   }
-  // A: lane (g, q) reads rows g (+8, +16*mi) at k = kc*128 + 32q + 8*((w + q) & 3); with a row swizzle the row only
-  // permutes 16-byte chunks inside a 128-byte line, so the four per-step offsets are fixed for the call.
-  const unsigned a_base = smem_addr(A);
-  unsigned a_off[4];
-#pragma unroll
-  for (int w = 0; w < 4; ++w) a_off[w] = a_base + swizzle<SWZ_A>((g * K + q * 32 + 8 * ((w + q) & 3)) * 2);
   unsigned fold = 0;
+  const unsigned a_base = smem_addr(A);
   float xacc[SETS > 1 ? SETS - 1 : 1][MT * NT * 4];
   dq4_zero_sets<SETS, MT * NT * 4>(xacc);
 #pragma unroll
@@ -276,41 +268,7 @@ __device__ __forceinline__ void gemm_dq4g(const half* A, const unsigned char* Pg
       bv[ni] = dq4_rotate(bw[kc][ni], q);
       s2[ni] = __half2half2(sc[ni * NC + (NC == 1 ? 0 : kc)]);
     }
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      unsigned a[2][MT][4];
-#pragma unroll
-      for (int mi = 0; mi < MT; ++mi) {
-        const unsigned addr = a_off[w] + (kc * 128 + mi * 16 * K) * 2;
-        const uint4 lo = lds128(addr);
-        const uint4 hi = lds128(addr + 8 * K * 2);
-        a[0][mi][0] = __byte_perm(lo.x, lo.z, 0x5410);
-        a[0][mi][1] = __byte_perm(hi.x, hi.z, 0x5410);
-        a[0][mi][2] = __byte_perm(lo.x, lo.z, 0x7632);
-        a[0][mi][3] = __byte_perm(hi.x, hi.z, 0x7632);
-        a[1][mi][0] = __byte_perm(lo.y, lo.w, 0x5410);
-        a[1][mi][1] = __byte_perm(hi.y, hi.w, 0x5410);
-        a[1][mi][2] = __byte_perm(lo.y, lo.w, 0x7632);
-        a[1][mi][3] = __byte_perm(hi.y, hi.w, 0x7632);
-      }
-#pragma unroll
-      for (int ni = 0; ni < NT; ++ni) {
-        const unsigned wd = w == 0 ? bv[ni].x : w == 1 ? bv[ni].y : w == 2 ? bv[ni].z : bv[ni].w;
-        unsigned b[2][2];
-        dq4_unpack<MAGIC, MAGIC_HI>(wd, s2[ni], b);
-        if constexpr (MODE == 2) {
-          fold ^= b[0][0] ^ b[0][1] ^ b[1][0] ^ b[1][1] ^ a[0][0][0] ^ a[1][0][3];
-        } else {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int set = ((kc * 4 + w) * 2 + h) % SETS;
-            float* acc = set == 0 ? C : xacc[set > 0 ? set - 1 : 0];
-#pragma unroll
-            for (int mi = 0; mi < MT; ++mi) Mma16816<half>::run(acc + (mi * NT + ni) * 4, a[h][mi], b[h]);
-          }
-        }
-      }
-    }
+    dq4_chunk<MT, NT, K, SWZ_A, MAGIC, MAGIC_HI, SETS, MODE>(a_base, 0, kc, g, q, bv, s2, C, xacc, fold);
   }
   dq4_fold_sets<SETS, MT * NT * 4>(C, xacc, fold, MODE);
 }
