@@ -345,9 +345,13 @@ def test_w4a16_unpack_nest_is_fused_into_the_tensor_core_gemm(tmp_path):
     art = _build(dequant_gemm.dequant_gemm, (16, 1024, 1024, 128),
                  {"block_M": 16, "block_N": 64, "block_K": 256, "num_stages": 3, "dtype": "float16"}, tmp_path)
     src = (tmp_path / art.sources["cuda"]).read_text()
-    # decode tile (one warp row): the weights go global -> registers, double-buffered across k iterations
-    assert "tl::gemm_dq4g<16, 64, 256, 4, 9, 25608, 54400, 2, 2, 0, 512, 128>" in src
+    # decode tile (one warp row): the weights go global -> registers, double-buffered across k iterations, the
+    # first tile's loads issued before the loop (ahead of the A pipeline's prologue)
+    assert "tl::gemm_dq4g<16, 64, 256, 4, 9, 25608, 54400, 2, 2, 0, 512, 128, 1>" in src
     assert "dq_wbuf_ptr" in src and "B_packed" not in src
+    pre = src.index("tl::gemm_dq4g_prefetch<64, 256, 4, 512, 128, 1>(")
+    assert pre < src.index("tl::cp_async_16(") < src.index("for (int k")
+    assert "(&(dq_wbuf_ptr[0])), k, (3 - k))" in src  # iteration k of the loop, 3 - k iterations follow
     assert art.extra["cuda"]["dyn_smem"] == 3 * 16 * 256 * 2  # only A is staged; no packed or fp16 B tile
     assert "__cluster_dims__" not in src  # 16 blocks, but only 4 k-tiles: not worth splitting
     assert _ptxas_spills(art) == 0
@@ -393,16 +397,33 @@ def test_w4a16_fusion_can_be_switched_off(tmp_path, monkeypatch):
 
 
 @needs_nvcc
-def test_small_grid_long_k_dequant_gemm_splits_k_over_a_cluster(tmp_path):
+def test_small_grid_long_k_dequant_gemm_splits_k_through_a_global_workspace(tmp_path):
     art = _build(dequant_gemm.dequant_gemm, (16, 1024, 8192, -1),
                  {"block_M": 16, "block_N": 128, "block_K": 256, "num_stages": 3, "dtype": "float16"}, tmp_path)
     src = (tmp_path / art.sources["cuda"]).read_text()
     # direct weights: split until two blocks per SM (8 x 8 = 64 blocks < 264), each share keeps 4 >= 3 k-tiles
     assert art.extra["cuda"]["grid"] == [8, 1, 8]
+    # no cluster (a cluster launch left SMs idle): the partials go through the module's workspace and the last
+    # block of each tile (8 of them, 16 registers x 128 threads each) runs the epilogue
+    assert "__cluster_dims__" not in src and "cluster_splitk_reduce" not in src
+    assert "if (tl::splitk_global_reduce<16, 8, 128, 8>((&(C_local_ptr[0]))))" in src
+    assert art.extra["cuda"]["serial_streams"] is True  # the launcher orders launches across streams
+    # the register double buffer and the hoisted first loads follow the split loop's bounds
+    assert "(k - (((int)blockIdx.z) * 4)), (((((int)blockIdx.z) * 4) + 3) - k))" in src
+    pre = src[src.index("tl::gemm_dq4g_prefetch<"):]
+    assert "(((int)blockIdx.z) * 512)" in pre[:pre.index(";")] and pre[:pre.index(";")].endswith(", 4)")
+
+
+@needs_nvcc
+def test_split_k_can_reduce_through_a_cluster_instead(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILELANG_CORE_CUDA_SPLIT_K_REDUCE", "cluster")
+    art = _build(dequant_gemm.dequant_gemm, (16, 1024, 8192, -1),
+                 {"block_M": 16, "block_N": 128, "block_K": 256, "num_stages": 3, "dtype": "float16"}, tmp_path)
+    src = (tmp_path / art.sources["cuda"]).read_text()
+    assert art.extra["cuda"]["grid"] == [8, 1, 8]
     assert "__cluster_dims__(1, 1, 8)" in src and "tl::cluster_splitk_reduce<" in src
     assert "if (((int)blockIdx.z) == 0)" in src  # rank 0 writes C
-    # the register double buffer follows the split loop's bounds
-    assert "(k == (((int)blockIdx.z) * 4)), (k < ((((int)blockIdx.z) * 4) + 3))" in src
+    assert art.extra["cuda"]["serial_streams"] is False
 
 
 def test_split_factor_fills_the_sms_for_direct_weights():

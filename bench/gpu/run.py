@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 import traceback
@@ -123,6 +124,7 @@ def bench_ms(fn: Any, warmup: int = 25, rep: int = 100) -> float:
 
 
 _CLEAN_FLUSH: list[torch.Tensor] = []
+ROUNDS = 5  # alternating re-timing rounds of the finalists (W4A16)
 
 
 def bench_ms_clean(fn: Any, warmup: int = 10, rep: int = 100) -> float:
@@ -287,8 +289,8 @@ def bench_dequant(key: tuple, es: list[dict[str, Any]], kernels: dict[str, Any],
     q = torch.stack([(b & 0xF), (b >> 4)], dim=-1).reshape(N, K).to(torch.float16) - 8
     w = (q * sc.repeat_interleave(K // groups, dim=1)).contiguous()  # (N, K) fp16: what cuBLAS multiplies
     c = torch.empty(M, N, device="cuda", dtype=torch.float16)
-    best: tuple[float, str] | None = None
     unfused = None
+    screened: list[tuple[float, str]] = []
     for e in es:
         kern = kernels[e["name"]]
         ms = bench_ms_clean(lambda kern=kern: kern(a, b, sc, c))
@@ -299,21 +301,39 @@ def bench_dequant(key: tuple, es: list[dict[str, Any]], kernels: dict[str, Any],
             unfused = ms
         elif not e.get("check", True) or e.get("env"):
             pass  # measurement variants and compiler switches: shown above, never "best"
-        elif best is None or ms < best[0]:
-            best = (ms, e["name"])
-    assert best is not None
+        else:
+            screened.append((ms, e["name"]))
+    assert screened
+    # the screening pass above picks from single medians, which favours a lucky sample: the three fastest configs
+    # and cuBLAS are timed again, in alternation, ROUNDS times with each timer; the medians of those decide
     wt = w.t()
-    t_torch = bench_ms_clean(lambda: torch.matmul(a, wt, out=c))
-    t_torch_w = bench_ms(lambda: torch.matmul(a, wt, out=c))
-    best_w = bench_ms(lambda kern=kernels[best[1]]: kern(a, b, sc, c))
+    finalists = [name for _, name in sorted(screened)[:3]]
+    fns = {name: (lambda kern=kernels[name]: kern(a, b, sc, c)) for name in finalists}
+    fns["cublas"] = lambda: torch.matmul(a, wt, out=c)
+    clean: dict[str, list[float]] = {k: [] for k in fns}
+    wbench: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(ROUNDS):
+        for k, fn in fns.items():
+            clean[k].append(bench_ms_clean(fn))
+            wbench[k].append(bench_ms(fn))
+    med = {k: statistics.median(v) for k, v in clean.items()}
+    med_w = {k: statistics.median(v) for k, v in wbench.items()}
+    name = min(finalists, key=lambda k: med[k])
+    best = (med[name], name)
+    t_torch, t_torch_w, best_w = med["cublas"], med_w["cublas"], med_w[name]
+    for k in finalists:
+        detail.append(f"  re-timed {k:43s} {med[k] * 1e3:9.1f} us (do_bench {med_w[k] * 1e3:.1f} us), median of "
+                      f"{ROUNDS} rounds alternating with cuBLAS")
     detail.append(f"  fp16 cuBLAS {M}x{N}x{K}: {t_torch * 1e3:.1f} us (do_bench: {t_torch_w * 1e3:.1f} us); best "
                   f"{best[1]}: {t_torch / best[0]:.2f}x (do_bench: {t_torch_w / best_w:.2f}x)")
     results["bench"][f"w4a16_{M}x{N}x{K}_g{gs}"] = {"ours_ms": best[0], "config": best[1], "cublas_fp16_ms": t_torch,
-                                                     "unfused_ms": unfused}
+                                                     "unfused_ms": unfused, "ours_do_bench_ms": best_w,
+                                                     "cublas_fp16_do_bench_ms": t_torch_w}
     note = f"; unfused {t_torch / unfused:.2f}x" if unfused else ""
     return ("W4A16 GEMM", f"{M}x{N}x{K} {'per-channel' if gs == -1 else f'group {gs}'}",
             f"{best[0] * 1e3:.1f} us ({N * K / 2 / best[0] / 1e6:.0f} GB/s int4)",
-            f"{t_torch * 1e3:.1f} us (fp16 cuBLAS)", "-", f"{t_torch / best[0]:.2f}x cuBLAS{note}")
+            f"{t_torch * 1e3:.1f} us (fp16 cuBLAS)", "-",
+            f"{t_torch / best[0]:.2f}x cuBLAS (do_bench: {t_torch_w / best_w:.2f}x){note}")
 
 
 def copy_bandwidth() -> float:

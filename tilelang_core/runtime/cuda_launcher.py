@@ -76,6 +76,9 @@ class CudaKernelCallable(KernelCallable):
         self.grid = tuple(int(g) for g in meta["grid"])
         self.block = tuple(int(b) for b in meta["block"])
         self.dyn_smem = int(meta["dyn_smem"])
+        # a kernel with state in its module's globals (the split-K workspace) must not run on two streams at once
+        self.serial_streams = bool(meta.get("serial_streams", False))
+        self._last_stream: dict[int, int] = {}
         names = [p.name for p in artifact.params]
         try:
             self.arg_order = [names.index(a) for a in meta["args"]]
@@ -108,7 +111,7 @@ class CudaKernelCallable(KernelCallable):
                 _check(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
             module = _check(driver.cuModuleLoadData(self.cubin), "cuModuleLoadData")
             fn = _check(driver.cuModuleGetFunction(module, self.kernel_name.encode()), "cuModuleGetFunction")
-            if self.dyn_smem > _DEFAULT_SMEM:
+            if self.dyn_smem + _static_smem(driver, fn) > _DEFAULT_SMEM:  # the opt-in limit counts both
                 attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
                 _check(driver.cuFuncSetAttribute(fn, attr, self.dyn_smem),
                        f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={self.dyn_smem})")
@@ -197,6 +200,8 @@ class CudaKernelCallable(KernelCallable):
         stream = _current_stream(dev_index)
         gx, gy, gz = self.grid
         bx, by, bz = self.block
+        if self.serial_streams:
+            self._order_streams(dev_index, stream)
         global _STREAM_AS_INT
         if not _STREAM_AS_INT:
             stream = driver.CUstream(stream)
@@ -212,6 +217,26 @@ class CudaKernelCallable(KernelCallable):
         if res[0] != driver.CUresult.CUDA_SUCCESS:
             _check(res, f"cuLaunchKernel({self.kernel_name}, grid={self.grid}, block={self.block}, "
                         f"smem={self.dyn_smem})")
+
+
+    def _order_streams(self, dev_index: int, stream: int) -> None:
+        """Launches of a stateful kernel are ordered: on a change of stream, wait for the previous stream first."""
+        with self._lock:
+            prev = self._last_stream.get(dev_index)
+            self._last_stream[dev_index] = int(stream)
+        if prev is not None and prev != int(stream):
+            driver = _driver()
+            try:
+                res = driver.cuStreamSynchronize(prev)
+            except TypeError:  # this cuda.bindings wants a CUstream object
+                res = driver.cuStreamSynchronize(driver.CUstream(prev))
+            _check(res, "cuStreamSynchronize (a stateful kernel changed streams)")
+
+
+def _static_smem(driver: Any, fn: Any) -> int:
+    """The kernel's static shared memory in bytes (``__shared__`` variables of our device templates)."""
+    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
+    return int(_check(driver.cuFuncGetAttribute(attr, fn), "cuFuncGetAttribute(SHARED_SIZE_BYTES)"))
 
 
 def _current_stream(index: int) -> int:

@@ -24,21 +24,26 @@ holds (it must be constant over each lane's 32-wide k chunk: per-channel scales 
 **Weights straight from global memory.** At decode sizes (one warp row: ``warp_m == 1``, so no two warps need the
 same weights) the packed shared tile is only a staging copy. When its one other use is the program's
 ``T.copy(B[...], B_packed)``, that copy and the tile go, and ``tl::gemm_dq4g`` loads each lane's 16-byte chunks
-from global memory itself (``ld.global.nc``, no L1 allocation, zeros outside the tensor as the copy gave). When the
-k loop advances the tile by a constant ``block_K / 2`` bytes, the next tile's loads are issued into a register
-double buffer (allocated before the loop) before the current tile is computed; scales that do not depend on the k
-loop are loaded once, before it. ``TILELANG_CORE_CUDA_DQ4_DIRECT=0`` keeps the shared-memory staging,
-``TILELANG_CORE_CUDA_DQ4_REGBUF=0`` the single buffer.
+from global memory itself (``ld.global.nc``, zeros outside the tensor as the copy gave). When the k loop advances
+the tile by a constant ``block_K / 2`` bytes, the weights go through a register ring (allocated before the loop):
+the first tile's loads are issued before the loop — ahead of the A pipeline's prologue — and each iteration issues
+the next tile's loads before it computes on the current one; scales that do not depend on the k loop are loaded
+once, before it. ``TILELANG_CORE_CUDA_DQ4_DIRECT=0`` keeps the shared-memory staging,
+``TILELANG_CORE_CUDA_DQ4_REGBUF=0`` the loads at the start of each call, ``TILELANG_CORE_CUDA_DQ4_DEPTH`` sets the
+tiles in flight (1), ``TILELANG_CORE_CUDA_DQ4_LATE_SCALE=1`` scales per-channel accumulators once per call instead
+of every weight (exact product, not the program's per-weight fp16 rounding).
 
-**Split-K across a thread-block cluster.** At decode sizes the grid is small (N / block_N blocks) and every
-block re-reads the whole A through L2 and shared memory, so wide N tiles are cheaper — but they leave SMs idle.
-When the fused loop is long and the grid fills less than half the SMs (weights from global memory: less than two
-blocks per SM, since resident warps are then the only loads in flight), the K loop is split over ``S`` blocks
-(``S`` = 2, 4 or 8, a new ``blockIdx.z``) that form one cluster (``__cluster_dims__(1, 1, S)``, sm_90): each
-accumulates its share of K, then ``tl::cluster_splitk_reduce`` adds the partial accumulators of ranks 1..S-1 into
-rank 0 through distributed shared memory (fixed order: deterministic, fp32, no atomics, no workspace, one launch)
-and rank 0 runs the program's own epilogue ``T.copy(C_local, C[...])``. ``TILELANG_CORE_CUDA_SPLIT_K`` = 1 turns it
-off, = S forces a split.
+**Split-K.** At decode sizes the grid is small (N / block_N blocks) and every block re-reads the whole A through L2
+and shared memory, so wide N tiles are cheaper — but they leave SMs idle. When the fused loop is long and the grid
+fills less than half the SMs (weights from global memory: less than two blocks per SM, since resident warps are
+then the only loads in flight), the K loop is split over ``S`` blocks (``S`` = 2, 4 or 8, a new ``blockIdx.z``).
+Each accumulates its share of K; ``tl::splitk_global_reduce`` stores the partials to a workspace in the kernel's
+module, and the last block of each tile (a counter; one acquire-release atomic) adds them in rank order
+(deterministic, fp32, one launch) and runs the program's own epilogue ``T.copy(C_local, C[...])``.
+``TILELANG_CORE_CUDA_SPLIT_K_REDUCE=cluster`` instead makes the ``S`` blocks one thread-block cluster
+(``__cluster_dims__(1, 1, S)``, sm_90) reducing through distributed shared memory — measured slower on the H200,
+where the cluster launch left SMs without blocks. ``TILELANG_CORE_CUDA_SPLIT_K`` = 1 turns splitting off, = S
+forces a split.
 
 Anything that does not match exactly — other dtypes, a nest that also writes elsewhere, a tile used by other
 statements, shapes the template cannot tile — is left alone and compiles the generic way
@@ -78,6 +83,7 @@ from .infer_fragment_layouts_cuda import gemm_operands, is_whole_tile
 from .pipeline_cuda import _count_uses
 from .validate_tile_ops import tile_op_name
 
+WORKSPACE_LIMIT = 64 << 20  # bytes of split-K partials a kernel may keep in global memory (else: a cluster)
 ATTR_CLUSTER = "tl.cluster_dims"  # [x, y, z]: compile-time thread-block cluster shape (codegen adds __cluster_dims__)
 CHUNK_K = 32  # weights per lane per 16-byte load
 LANES_K = 4 * CHUNK_K  # k covered by the four lanes of a quad
@@ -139,6 +145,7 @@ class FuseDequantGemmCUDA(Rewriter):
         self.fused_accumulators: list[Any] = []
         self.direct = False  # some fused gemm reads its weights straight from global memory
         self.loop_pre: dict[Any, list[Any]] = {}  # loop -> statements to place just before it (registers, scales)
+        self.prefetch_vars: list[Any] = []  # the first k of each loop whose first weight tiles load before it
 
     def visit_For(self, s: Any) -> Any:  # noqa: N802
         out = super().visit_For(s)
@@ -346,14 +353,29 @@ class FuseDequantGemmCUDA(Rewriter):
         tid = self.tid
         lane = tirx.floormod(tid, 32)
         wc = tirx.floormod(tirx.floordiv(tid, 32), wn)
-        sc = tirx.decl_buffer((NT * NC,), "float16", "dq_scale", scope="local")
+        swa = self.swizzle.get(a.buffer, 0)
+        direct = self.direct_source(P, before, K) if lay.warp_m == 1 and swa in (0, (2 * K).bit_length() - 1) \
+            else None
+        # opt-in (TILELANG_CORE_CUDA_DQ4_LATE_SCALE=1): per-channel scales on the direct path multiply the
+        # accumulators once per call (NC = 0) instead of every weight — the exact product, not the program's
+        # per-weight fp16 rounding of (q - z) * s; the thread's accumulator columns are 2 (lane % 4) + 0, 1 of
+        # each 8-column atom
+        late = direct is not None and not varies and os.environ.get("TILELANG_CORE_CUDA_DQ4_LATE_SCALE", "0") == "1"
+        sc = tirx.decl_buffer((NT * (2 if late else NC),), "float16", "dq_scale", scope="local")
         sc_stmts: list[Any] = [tirx.AllocBuffer(sc)]
         for ni in range(NT):
-            row = wc * (N // wn) + ni * 8 + tirx.floordiv(lane, 4)
-            for kc in range(NC):
-                col = kc * LANES_K + tirx.floormod(lane, 4) * CHUNK_K
+            for kc in range(2 if late else NC):
+                if late:
+                    row = wc * (N // wn) + ni * 8 + tirx.floormod(lane, 4) * 2 + kc
+                    col = tirx.IntImm("int32", 0)
+                else:
+                    row = wc * (N // wn) + ni * 8 + tirx.floordiv(lane, 4)
+                    col = kc * LANES_K + tirx.floormod(lane, 4) * CHUNK_K
                 val = self.ana.simplify(substitute(scale, {i: row, j: col}))
-                sc_stmts.append(tirx.BufferStore(sc, self.guard_loads(val), [tirx.IntImm("int32", ni * NC + kc)]))
+                sc_stmts.append(tirx.BufferStore(sc, self.guard_loads(val),
+                                                 [tirx.IntImm("int32", ni * (2 if late else NC) + kc)]))
+        if late:
+            NC = 0
         # scales that do not change with the k loop (per-channel) are loaded once, before it
         loop = self.loop_stack[-1] if self.loop_stack else None
         if loop is not None and STAGES_ATTR in loop.annotations and \
@@ -362,7 +384,6 @@ class FuseDequantGemmCUDA(Rewriter):
             stmts: list[Any] = []
         else:
             stmts = sc_stmts
-        swa = self.swizzle.get(a.buffer, 0)
         magic = int(np.float16(1024 + zp).view(np.uint16))  # the even nibbles' 1024 + q, minus 1024 + z
         magic_hi = int(np.float16(-(64 + zp)).view(np.uint16))  # the odd nibbles' (1024 + 16 q) / 16, minus 64 + z
         # independent accumulator sets: at least 4 mma.sync chains per warp (decode tiles have 1 or 2 accumulators)
@@ -373,26 +394,35 @@ class FuseDequantGemmCUDA(Rewriter):
         a_ptr = tirx.address_of(tirx.BufferLoad(a.buffer, list(a.mins)))
         sc_ptr = tirx.address_of(tirx.BufferLoad(sc, [zero]))
         c_ptr = tirx.address_of(tirx.BufferLoad(self.locals[c.buffer], [zero]))
-        direct = self.direct_source(P, before, K) if lay.warp_m == 1 and swa in (0, (2 * K).bit_length() - 1) \
-            else None
         drop = None
         if direct is not None:
             src, drop, nxt = direct
             row_bytes = const_int(src.buffer.shape[1])
             rows_left = self.ana.simplify(src.buffer.shape[0] - src.mins[0])
             cols_left = self.ana.simplify(src.buffer.shape[1] - src.mins[1])
+            depth = max(1, int(os.environ.get("TILELANG_CORE_CUDA_DQ4_DEPTH", "1"))) if nxt else 1
             name = (f"tl::gemm_dq4g<{M}, {N}, {K}, {wn}, {swa}, {magic}, {magic_hi}, {NC}, {sets}, {mode}, "
-                    f"{row_bytes}, {nxt}>")
+                    f"{row_bytes}, {nxt}, {depth}>")
             if nxt:
+                # the register ring (depth + 1 tiles); the first `depth` tiles load before the loop (so before the A
+                # pipeline's prologue), from the loop's first k — a variable split_k_cluster can rebind
                 loop = self.loop_stack[-1]
                 k = loop.loop_var
-                wbuf = tirx.decl_buffer((4 * NT * (K // LANES_K),), "uint32", "dq_wbuf", scope="local")
-                self.loop_pre.setdefault(loop, []).append(tirx.AllocBuffer(wbuf))
-                tail = [tirx.address_of(tirx.BufferLoad(wbuf, [zero])), tirx.EQ(k, loop.min),
-                        tirx.LT(k + 1, loop.min + loop.extent)]
+                wbuf = tirx.decl_buffer((4 * NT * (K // LANES_K) * (depth + 1),), "uint32", "dq_wbuf",
+                                        scope="local")
+                wbuf_ptr = tirx.address_of(tirx.BufferLoad(wbuf, [zero]))
+                k0 = new_var("dq_k0")
+                at0 = {k: k0}
+                self.loop_pre.setdefault(loop, []).extend([
+                    tirx.AllocBuffer(wbuf), tirx.LetStmt(k0, loop.min),
+                    extern(f"tl::gemm_dq4g_prefetch<{N}, {K}, {wn}, {row_bytes}, {nxt}, {depth}>",
+                           tirx.address_of(tirx.BufferLoad(src.buffer, [substitute(m, at0) for m in src.mins])),
+                           self.ana.simplify(substitute(rows_left, at0)), self.ana.simplify(substitute(cols_left, at0)),
+                           wbuf_ptr, loop.extent)])
+                self.prefetch_vars.append(k0)
+                tail = [wbuf_ptr, self.ana.simplify(k - loop.min), self.ana.simplify(loop.min + loop.extent - 1 - k)]
             else:
-                tail = [tirx.reinterpret("handle", tirx.IntImm("uint64", 0)), tirx.const(True, "bool"),
-                        tirx.const(False, "bool")]
+                tail = [tirx.reinterpret("handle", tirx.IntImm("uint64", 0)), zero, zero]
             stmts.append(extern(name, a_ptr, tirx.address_of(tirx.BufferLoad(src.buffer, list(src.mins))),
                                 rows_left, cols_left, sc_ptr, c_ptr, *tail))
             self.removed.append(P)
@@ -445,7 +475,7 @@ def fuse_dequant_gemm_cuda(func: tirx.PrimFunc, arch: str = "sm_90") -> tirx.Pri
         return s
 
     out = out.with_body(tvm_ffi.structural_map(out.body, [(tirx.AllocBuffer, drop)]))
-    return split_k_cluster(out, arch, pass_.fused_accumulators, pass_.direct)
+    return split_k_cluster(out, arch, pass_.fused_accumulators, pass_.direct, pass_.prefetch_vars)
 
 
 NUM_SMS = {"sm_90": 132, "sm_90a": 132}  # the H100/H200 SXM count; clusters need sm_90
@@ -473,7 +503,8 @@ def _split_factor(blocks: int, n: int, stages: int, arch: str, direct: bool = Fa
     return s
 
 
-def split_k_cluster(func: tirx.PrimFunc, arch: str, accs: list[Any], direct: bool = False) -> tirx.PrimFunc:
+def split_k_cluster(func: tirx.PrimFunc, arch: str, accs: list[Any], direct: bool = False,
+                    prefetch_vars: list[Any] | None = None) -> tirx.PrimFunc:
     """Split the fused K loop over a cluster of blocks when the grid leaves most SMs idle (see the module doc)."""
     grid, threads = launch_info(func)
     if grid[2] != 1 or len(accs) != 1:
@@ -517,13 +548,21 @@ def split_k_cluster(func: tirx.PrimFunc, arch: str, accs: list[Any], direct: boo
     layouts, locs = layouts_of(func), locals_of(func)
     regs = layouts[acc].num_regs
     loc = locs[acc]
-    scratch = tirx.decl_buffer((regs * thread_count(func),), "float32", "splitk_smem", scope="shared")
     zero = tirx.IntImm("int32", 0)
-    reduce = extern(f"tl::cluster_splitk_reduce<{regs}, {S}, {threads}>",
-                    tirx.address_of(tirx.BufferLoad(loc, [zero])), tirx.address_of(tirx.BufferLoad(scratch, [zero])))
-    new_epi = tirx.SeqStmt([tirx.AllocBuffer(scratch), reduce, tirx.IfThenElse(tirx.EQ(bz, 0), epi, None)])
+    acc_ptr = tirx.address_of(tirx.BufferLoad(loc, [zero]))
+    tiles = grid[0] * grid[1]
+    use_cluster = os.environ.get("TILELANG_CORE_CUDA_SPLIT_K_REDUCE", "global") == "cluster" or \
+        S * tiles * regs * threads * 4 > WORKSPACE_LIMIT
+    if use_cluster:
+        scratch = tirx.decl_buffer((regs * thread_count(func),), "float32", "splitk_smem", scope="shared")
+        reduce = extern(f"tl::cluster_splitk_reduce<{regs}, {S}, {threads}>", acc_ptr,
+                        tirx.address_of(tirx.BufferLoad(scratch, [zero])))
+        new_epi = tirx.SeqStmt([tirx.AllocBuffer(scratch), reduce, tirx.IfThenElse(tirx.EQ(bz, 0), epi, None)])
+    else:  # partials through a workspace in global memory; the last block of the tile runs the epilogue
+        last = tirx.call_extern("bool", f"tl::splitk_global_reduce<{regs}, {S}, {threads}, {tiles}>", acc_ptr)
+        new_epi = tirx.IfThenElse(last, epi, None)
     stmts[idx], stmts[idx + 1] = new_loop, new_epi
-    body = tirx.SeqStmt(stmts)
+    body = _rebound_prefetch(tirx.SeqStmt(stmts), prefetch_vars or [], lo, chunk)
     new_t = tirx.For(tloop.loop_var, tloop.min, tloop.extent, tloop.kind, body, tloop.thread_binding,
                      tloop.annotations, tloop.step, tloop.span)
     iv = tirx.IterVar(tvm.ir.Range.from_min_extent(0, S), bz, tirx.IterVar.ThreadIndex, "blockIdx.z")
@@ -534,21 +573,37 @@ def split_k_cluster(func: tirx.PrimFunc, arch: str, accs: list[Any], direct: boo
 
     out = func.with_body(tvm_ffi.structural_map(func.body, [(tirx.For, swap)]))
     out = out.with_attr(ATTR_LAUNCH, {"grid": [grid[0], grid[1], S], "threads": threads})
-    return out.with_attr(ATTR_CLUSTER, [1, 1, S])
+    return out.with_attr(ATTR_CLUSTER, [1, 1, S]) if use_cluster else out
 
 
 def _rebound_dq4g(body: Any, k: Any, lo: Any, hi: Any) -> Any:
-    """``body`` with the (first, has_next) arguments of its ``tl::gemm_dq4g`` calls (the last two) recomputed for
-    the loop bounds ``[lo, hi)`` of k (the register double buffer must follow the split loop)."""
+    """``body`` with the (it, more) arguments of its ``tl::gemm_dq4g`` calls (the last two: the iteration from the
+    loop's start, the iterations after this one) recomputed for the loop bounds ``[lo, hi)`` of k (the register
+    ring must follow the split loop; ``_rebound_prefetch`` moves the loads hoisted before it)."""
     def fix(c: Any) -> Any:
         if not (c.args and isinstance(c.args[0], tvm.ir.StringImm) and str(c.args[0].value).startswith(
                 "tl::gemm_dq4g<")):
             return c
         args = list(c.args)
-        args[-2], args[-1] = tirx.EQ(k, lo), tirx.LT(k + 1, hi)
+        args[-2], args[-1] = k - lo, hi - 1 - k
         return tirx.call_extern(dtype_of(c) or "int32", *args)
 
     return tvm_ffi.structural_map(body, [(tvm.ir.Call, fix)])
+
+
+def _rebound_prefetch(body: Any, k0s: list[Any], lo: Any, n: Any) -> Any:
+    """``body`` with the loads hoisted before a split loop (``tl::gemm_dq4g_prefetch``) starting at the block's
+    own share: its first-k variable rebound to ``lo``, its tile count set to the share's ``n`` iterations."""
+    def let(st: Any) -> Any:
+        return tirx.LetStmt(st.var, lo) if any(st.var.same_as(v) for v in k0s) else st
+
+    def call(c: Any) -> Any:
+        if c.args and isinstance(c.args[0], tvm.ir.StringImm) and str(c.args[0].value).startswith(
+                "tl::gemm_dq4g_prefetch<"):
+            return tirx.call_extern(dtype_of(c) or "int32", *list(c.args)[:-1], tirx.IntImm("int32", int(n)))
+        return c
+
+    return tvm_ffi.structural_map(body, [(tirx.LetStmt, let), (tvm.ir.Call, call)])
 
 
 def _calls(node: Any, prefix: str) -> bool:

@@ -17,6 +17,7 @@ from .codegen import CudaSource, generate, lower
 from .nvcc import INCLUDE_DIR, compile_cubin, find_nvcc, nvcc_command
 
 DEFAULT_ARCH = "sm_90"
+STATEFUL_MARK = "tl::splitk_global_reduce<"  # device code that keeps state between launches in module globals
 
 
 @dataclass
@@ -34,12 +35,14 @@ class CudaBuild:
     command: list[str] = field(default_factory=list)
     compiler_output: str = ""
     timings: dict[str, float] = field(default_factory=dict)
+    serial_streams: bool = False  # the kernel keeps state in module globals (split-K workspace)
 
     def launch_meta(self) -> dict[str, Any]:
         """The launch description the artifact stores (``extra["cuda"]``)."""
         return {"cubin": self.cubin.name, "kernel": self.kernel, "grid": list(self.grid), "block": list(self.block),
                 "dyn_smem": int(self.dyn_smem), "args": list(self.arg_names), "arch": self.arch,
-                "nvcc_command": list(self.command), "ptxas_info": self.compiler_output[-4000:]}
+                "nvcc_command": list(self.command), "ptxas_info": self.compiler_output[-4000:],
+                "serial_streams": self.serial_streams}
 
 
 def build(mod: Any, out_dir: Path, arch: str = DEFAULT_ARCH, instruments: list[Any] | None = None,
@@ -59,7 +62,7 @@ def build(mod: Any, out_dir: Path, arch: str = DEFAULT_ARCH, instruments: list[A
     timings["nvcc"] = time.perf_counter() - t0
     return CudaBuild(cubin=cubin, source_file=cu, kernel=src.kernel, arg_names=src.arg_names, grid=src.grid,
                      block=src.block, dyn_smem=src.dyn_smem, arch=arch, command=cmd, compiler_output=msgs,
-                     timings=timings)
+                     timings=timings, serial_streams=STATEFUL_MARK in src.source)
 
 
 __all__ = ["CudaBuild", "CudaSource", "DEFAULT_ARCH", "INCLUDE_DIR", "build", "compile_cubin", "find_nvcc",

@@ -11,8 +11,8 @@
 // (see there). Since the k order of a dot product is free, the mma
 // k-step h (0, 1) of word w uses b0 = pair(2h), b1 = pair(2h + 1), i.e. logical k (2q, 2q+1, 2q+8, 2q+9) =
 // physical k0' + (2h, 2h+4, 2h+1, 2h+5); the A fragment is built from one 16-byte load of the same 8 physical k
-// of rows g and g + 8 and two byte permutes per register. (Lane q walks its four words starting at word q, which
-// keeps the A loads free of bank conflicts; A and B of a lane always use the same word, so the sum is
+// of rows g and g + 8 and two byte permutes per register. (Lanes q = 2, 3 walk their four words starting at word
+// 2, which keeps the A loads free of bank conflicts; A and B of a lane always use the same word, so the sum is
 // unchanged.) sc: this thread's scales, sc[ni * NC + chunk] (NC == 1: one per row). MODE is a measurement switch (TILELANG_CORE_CUDA_DQ4_MODE): 0 computes; 1 does nothing (the
 // kernel is then its memory pipeline alone); 2 unpacks but skips the mma.sync (xor-folds the weights into C[0]).
 // SETS > 1 accumulates successive k-steps into SETS register sets (summed into C at the end of the call): at decode
@@ -42,7 +42,7 @@ __device__ __forceinline__ unsigned and_or(unsigned a, unsigned mask, unsigned m
 // 1024 + z (MAGIC) is exact. The odd nibbles are masked in place, (w & 0x00F000F0) | 0x6400 = 1024 + 16 q, and
 // hfma2 by 1/16 with -(64 + z) (MAGIC_HI) gives q - z exactly with no shift; one shift by 8 serves nibbles 2..7.
 // Times the scale: one rounding, as the program's fp16 product.
-template <int MAGIC, int MAGIC_HI>
+template <int MAGIC, int MAGIC_HI, bool UNSCALED = false>
 __device__ __forceinline__ void dq4_unpack(unsigned w, half2 s, unsigned (&b)[2][2]) {
   const half2 m = __half2half2(__ushort_as_half(static_cast<unsigned short>(MAGIC)));
   const half2 mh = __half2half2(__ushort_as_half(static_cast<unsigned short>(MAGIC_HI)));
@@ -54,7 +54,7 @@ __device__ __forceinline__ void dq4_unpack(unsigned w, half2 s, unsigned (&b)[2]
   for (int i = 0; i < 4; ++i) {
     const half2 h = *reinterpret_cast<const half2*>(&x[i]);
     const half2 v = (i & 1) ? __hfma2(h, sixteenth, mh) : __hsub2(h, m);
-    const half2 r = __hmul2(v, s);
+    const half2 r = UNSCALED ? v : __hmul2(v, s);  // UNSCALED: q - z (the caller scales the accumulators)
     b[i >> 1][i & 1] = *reinterpret_cast<const unsigned*>(&r);
   }
 }
@@ -64,13 +64,13 @@ __device__ __forceinline__ void dq4_unpack(unsigned w, half2 s, unsigned (&b)[2]
 // C / xacc. With no swizzle or a row swizzle (SWZ_A == log2 of the row's bytes: the row only permutes the 16-byte
 // chunks inside a 128-byte line) the four per-word A addresses do not depend on kc, mi or the +8 row, so they are
 // formed once; any other swizzle is applied per load.
-template <int MT, int NT, int K, int SWZ_A, int MAGIC, int MAGIC_HI, int SETS, int MODE>
+template <int MT, int NT, int K, int SWZ_A, int MAGIC, int MAGIC_HI, int SETS, int MODE, bool UNSCALED = false>
 __device__ __forceinline__ void dq4_chunk(unsigned a_base, int row0, int kc, int g, int q, const uint4* bw,
                                           const half2* s2, float* C, float (*xacc)[MT * NT * 4], unsigned& fold) {
   constexpr bool ROW_SWIZZLE = SWZ_A == 0 || (1 << SWZ_A) == K * 2;
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
-    const int kw = q * 32 + 8 * ((w + q) & 3);  // the physical k of this step's word for this lane, within the chunk
+    const int kw = q * 32 + 8 * ((w + (q & 2)) & 3);  // this step's word's physical k for this lane, in the chunk
     const unsigned a_w = a_base + swizzle<SWZ_A>(((row0 + g) * K + kw) * 2);
     unsigned a[2][MT][4];
 #pragma unroll
@@ -98,7 +98,7 @@ __device__ __forceinline__ void dq4_chunk(unsigned a_base, int row0, int kc, int
     for (int ni = 0; ni < NT; ++ni) {
       const unsigned wd = w == 0 ? bw[ni].x : w == 1 ? bw[ni].y : w == 2 ? bw[ni].z : bw[ni].w;
       unsigned b[2][2];
-      dq4_unpack<MAGIC, MAGIC_HI>(wd, s2[ni], b);
+      dq4_unpack<MAGIC, MAGIC_HI, UNSCALED>(wd, s2[ni], b);
       if constexpr (MODE == 2) {
         fold ^= b[0][0] ^ b[0][1] ^ b[1][0] ^ b[1][1] ^ a[0][0][0] ^ a[1][0][3];
       } else {
@@ -114,10 +114,11 @@ __device__ __forceinline__ void dq4_chunk(unsigned a_base, int row0, int kc, int
   }
 }
 
-// Lane q takes its four words in the order q, q+1, ... (mod 4): the A chunks the lanes of a quarter warp read at
-// one step then fall in distinct bank groups (without it lanes q and q+2 collide: 2-way conflicts).
+// Lanes q = 2, 3 take their four words in the order 2, 3, 0, 1: the A chunks the lanes of a quarter warp read at
+// one step then fall in distinct bank groups (without it lanes q and q+2 — the same 16-byte column of the two
+// 128-byte lines of a row — collide: 2-way conflicts; lanes q and q+1 already differ by half a line). A swap of
+// register pairs: two selects per word.
 __device__ __forceinline__ uint4 dq4_rotate(uint4 v, int q) {
-  if (q & 1) v = make_uint4(v.y, v.z, v.w, v.x);
   if (q & 2) v = make_uint4(v.z, v.w, v.x, v.y);
   return v;
 }
@@ -171,109 +172,197 @@ __device__ __forceinline__ void gemm_dq4(const half* A, const unsigned char* P, 
 
 // -- weights straight from global memory (decode tiles: one warp row, WARP_M == 1) ------------------------------
 // The same product as gemm_dq4, but the packed weights never touch shared memory: each lane loads its 16-byte
-// chunks of the tile's rows straight from global memory (ld.global.nc, no L1 allocation: every weight is read
+// chunks of the tile's rows straight from global memory (ld.global.nc: every weight is read
 // once). Pg points at the tile's first byte (row r0, byte c0) of the packed tensor, whose rows are ROW_BYTES long;
 // rows_left / cols_left count the rows / bytes of the tensor at or after (r0, c0) — chunks outside read as zeros,
 // as the program's zero-filling copy gave.
 //
-// NEXT > 0 is the register double buffer: the k loop advances NEXT bytes along the rows per iteration, and each
-// call issues the loads of the *next* tile into wbuf (this thread's registers, kept across iterations) before it
-// computes on the current one, so a warp always has a whole tile of loads in flight while its tensor cores work;
-// `first` (the loop's first iteration: load the current tile too) and `has_next` come from the loop bounds. NEXT
-// == 0 loads the current tile at the start of the call.
-//
-// The unpack (dq4_unpack) and the A fragments (dq4_chunk) are gemm_dq4's.
+// NEXT > 0 is the register ring: the k loop advances NEXT bytes along the rows per iteration. The ring holds
+// R = DEPTH + 1 tiles of this thread's chunks (wbuf: registers, allocated before the loop and kept across
+// iterations). gemm_dq4g_prefetch, called before the loop (ahead of the A pipeline's prologue, so the weight
+// stream starts at once), loads tiles 0 .. DEPTH-1 into slots 0 .. DEPTH-1. Iteration `it` (from 0; `more`
+// iterations follow it) first issues the loads of tile it + DEPTH into slot (it + DEPTH) % R — the slot computed
+// in the previous iteration — then computes on slot it % R: DEPTH tiles are in flight while the tensor cores
+// work. The body is instantiated once per slot (a branch on it % R), so every register index is a compile-time
+// constant and no register with a load in flight is ever copied (a copy would wait for the load: an earlier
+// version that copied the next tile into place cost the overlap). NEXT == 0 loads the current tile at the start
+// of the call. The unpack (dq4_unpack) and the A fragments (dq4_chunk) are gemm_dq4's.
+#ifndef TL_DQ4_LDG
+#define TL_DQ4_LDG "ld.global.nc.v4.u32"  // (an L1::no_allocate hint made these loads ~25 % slower on the H200)
+#endif
 __device__ __forceinline__ uint4 ldg128_stream(const void* p, bool pred) {
   uint4 v = make_uint4(0u, 0u, 0u, 0u);
   asm volatile(
       "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
-      " @p ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
+      " @p " TL_DQ4_LDG " {%0, %1, %2, %3}, [%4];\n}\n"
       : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
       : "l"(p), "r"(static_cast<int>(pred)));
   return v;
 }
 
-template <int KC, int NT, int WN, int ROW_BYTES>
-__device__ __forceinline__ void dq4_load_tile(uint4 (&bw)[KC][NT], const unsigned char* Pg, int rows_left,
-                                              int cols_left, int wc, int g, int q) {
-#pragma unroll
-  for (int ni = 0; ni < NT; ++ni) {
-    const int row = wc * WN + ni * 8 + g;
-    const unsigned char* p = Pg + static_cast<long long>(row) * ROW_BYTES + q * 16;
-#pragma unroll
-    for (int kc = 0; kc < KC; ++kc)
-      bw[kc][ni] = ldg128_stream(p + kc * 64, row < rows_left && kc * 64 + q * 16 + 16 <= cols_left);
-  }
-}
-
 template <int M, int N, int K, int WARP_N, int SWZ_A, int MAGIC, int MAGIC_HI, int NC, int SETS, int MODE,
-          int ROW_BYTES, int NEXT>
-__device__ __forceinline__ void gemm_dq4g(const half* A, const unsigned char* Pg, int rows_left, int cols_left,
-                                          const half* sc, float* C, void* wbuf_, bool first, bool has_next) {
-  unsigned* wbuf = static_cast<unsigned*>(wbuf_);
-  constexpr int WN = N / WARP_N;
-  constexpr int MT = M / 16, NT = WN / 8, KC = K / 128;
+          int ROW_BYTES, int NEXT, int DEPTH>
+struct Dq4Direct {
+  static constexpr int WN = N / WARP_N, MT = M / 16, NT = WN / 8, KC = K / 128, R = DEPTH + 1;
+  static constexpr int WORDS = KC * NT * 4;  // registers per tile and thread
+  // NC == 0: per-channel scales applied to the accumulators once per call (sc: this thread's two accumulator
+  // columns per 8-column atom, sc[ni * 2 + j] for column ni * 8 + 2 q + j); the weights enter the mma as q - z,
+  // exact in fp16, so the result is the exact product rounded once in fp32 (the program's fp16 (q - z) * s is
+  // rounded per weight: the two differ by that rounding, ~2^-11 relative per term)
+  static constexpr bool LATE = NC == 0;
   static_assert(M % 16 == 0 && WN % 8 == 0 && K % 128 == 0 && ROW_BYTES % 16 == 0,
                 "gemm_dq4g: tile does not fit the warp grid");
   static_assert(SWZ_A == 0 || (1 << SWZ_A) == K * 2, "gemm_dq4g: A must be unswizzled or swizzled by row");
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wc = warp % WARP_N;
-  const int g = lane / 4, q = lane % 4;
-  uint4 bw[KC][NT];
-  if constexpr (NEXT > 0) {
-    if (first) {
-      dq4_load_tile<KC, NT, WN, ROW_BYTES>(bw, Pg, rows_left, cols_left, wc, g, q);
-    } else {
-#pragma unroll
-      for (int kc = 0; kc < KC; ++kc)
-#pragma unroll
-        for (int ni = 0; ni < NT; ++ni) {
-          const unsigned* r = wbuf + (kc * NT + ni) * 4;
-          bw[kc][ni] = make_uint4(r[0], r[1], r[2], r[3]);
-        }
-    }
-    if (has_next) {
-      uint4 nx[KC][NT];
-      dq4_load_tile<KC, NT, WN, ROW_BYTES>(nx, Pg + NEXT, rows_left, cols_left - NEXT, wc, g, q);
-#pragma unroll
-      for (int kc = 0; kc < KC; ++kc)
-#pragma unroll
-        for (int ni = 0; ni < NT; ++ni) {
-          unsigned* r = wbuf + (kc * NT + ni) * 4;
-          r[0] = nx[kc][ni].x, r[1] = nx[kc][ni].y, r[2] = nx[kc][ni].z, r[3] = nx[kc][ni].w;
-        }
-    }
-  } else {
-    dq4_load_tile<KC, NT, WN, ROW_BYTES>(bw, Pg, rows_left, cols_left, wc, g, q);
-  }
-  if constexpr (MODE == 1) {  // measurement: the loads alone
-    unsigned x = 0;
-#pragma unroll
-    for (int kc = 0; kc < KC; ++kc)
-#pragma unroll
-      for (int ni = 0; ni < NT; ++ni) x ^= bw[kc][ni].x ^ bw[kc][ni].y ^ bw[kc][ni].z ^ bw[kc][ni].w;
-    C[0] += __uint_as_float(x & 0x3fffffffu) * 1e-30f;
-    return;
-  }
-  unsigned fold = 0;
-  const unsigned a_base = smem_addr(A);
-  float xacc[SETS > 1 ? SETS - 1 : 1][MT * NT * 4];
-  dq4_zero_sets<SETS, MT * NT * 4>(xacc);
-#pragma unroll
-  for (int kc = 0; kc < KC; ++kc) {
-    uint4 bv[NT];
-    half2 s2[NT];
+
+  // this thread's 16-byte chunks of the tile at Pg into registers w (WORDS of them), zeros outside the tensor
+  static __device__ __forceinline__ void load(unsigned* w, const unsigned char* Pg, int rows_left, int cols_left) {
+    const int wc = (threadIdx.x / 32) % WARP_N, g = (threadIdx.x % 32) / 4, q = threadIdx.x % 4;
 #pragma unroll
     for (int ni = 0; ni < NT; ++ni) {
-      bv[ni] = dq4_rotate(bw[kc][ni], q);
-      s2[ni] = __half2half2(sc[ni * NC + (NC == 1 ? 0 : kc)]);
+      const int row = wc * WN + ni * 8 + g;
+      const unsigned char* p = Pg + static_cast<long long>(row) * ROW_BYTES + q * 16;
+#pragma unroll
+      for (int kc = 0; kc < KC; ++kc) {
+        const uint4 v = ldg128_stream(p + kc * 64, row < rows_left && kc * 64 + q * 16 + 16 <= cols_left);
+        unsigned* r = w + (kc * NT + ni) * 4;
+        r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+      }
     }
-    dq4_chunk<MT, NT, K, SWZ_A, MAGIC, MAGIC_HI, SETS, MODE>(a_base, 0, kc, g, q, bv, s2, C, xacc, fold);
   }
-  dq4_fold_sets<SETS, MT * NT * 4>(C, xacc, fold, MODE);
+
+  // the product of one tile (registers w) with the A tile
+  static __device__ __forceinline__ void compute(const unsigned* w, const half* A, const half* sc, float* C) {
+    const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+    if constexpr (MODE == 1) {  // measurement: the loads alone
+      unsigned x = 0;
+#pragma unroll
+      for (int i = 0; i < WORDS; ++i) x ^= w[i];
+      C[0] += __uint_as_float(x & 0x3fffffffu) * 1e-30f;
+      return;
+    }
+    unsigned fold = 0;
+    const unsigned a_base = smem_addr(A);
+    constexpr int REGS = MT * NT * 4;
+    float xacc[SETS > 1 ? SETS - 1 : 1][REGS];
+    dq4_zero_sets<SETS, REGS>(xacc);
+    float part[LATE ? REGS : 1];  // LATE: this call's unscaled sum
+    float* acc = C;
+    if constexpr (LATE) {
+#pragma unroll
+      for (int r = 0; r < REGS; ++r) part[r] = 0.f;
+      acc = part;
+    }
+#pragma unroll
+    for (int kc = 0; kc < KC; ++kc) {
+      uint4 bv[NT];
+      half2 s2[NT];
+#pragma unroll
+      for (int ni = 0; ni < NT; ++ni) {
+        const unsigned* r = w + (kc * NT + ni) * 4;
+        bv[ni] = dq4_rotate(make_uint4(r[0], r[1], r[2], r[3]), q);
+        s2[ni] = LATE ? __float2half2_rn(1.f) : __half2half2(sc[ni * NC + (NC == 1 ? 0 : kc)]);
+      }
+      dq4_chunk<MT, NT, K, SWZ_A, MAGIC, MAGIC_HI, SETS, MODE, LATE>(a_base, 0, kc, g, q, bv, s2, acc, xacc, fold);
+    }
+    dq4_fold_sets<SETS, REGS>(acc, xacc, fold, MODE);
+    if constexpr (LATE) {  // register (mi, ni, c) holds column ni * 8 + 2 q + (c & 1): its scale is sc[ni * 2 + (c & 1)]
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            C[(mi * NT + ni) * 4 + c] += __half2float(sc[ni * 2 + (c & 1)]) * part[(mi * NT + ni) * 4 + c];
+    }
+  }
+
+  // iteration it with it % R == S (see above); the slots are wbuf[S * WORDS ...]
+  template <int S>
+  static __device__ __forceinline__ void step(unsigned* wbuf, int slot, int more, const half* A,
+                                              const unsigned char* Pg, int rows_left, int cols_left, const half* sc,
+                                              float* C) {
+    if (slot == S) {
+      if (more >= DEPTH)
+        load(wbuf + ((S + DEPTH) % R) * WORDS, Pg + DEPTH * NEXT, rows_left, cols_left - DEPTH * NEXT);
+      compute(wbuf + S * WORDS, A, sc, C);
+    } else if constexpr (S + 1 < R) {
+      step<S + 1>(wbuf, slot, more, A, Pg, rows_left, cols_left, sc, C);
+    }
+  }
+};
+
+// The loads of the loop's first DEPTH tiles (those of tiles < `tiles`; tile j into ring slot j), before the loop.
+template <int N, int K, int WARP_N, int ROW_BYTES, int NEXT, int DEPTH>
+__device__ __forceinline__ void gemm_dq4g_prefetch(const unsigned char* Pg, int rows_left, int cols_left,
+                                                   void* wbuf_, int tiles) {
+  using D = Dq4Direct<16, N, K, WARP_N, 0, 0, 0, 1, 1, 0, ROW_BYTES, NEXT, DEPTH>;
+#pragma unroll
+  for (int j = 0; j < DEPTH; ++j)
+    D::load(static_cast<unsigned*>(wbuf_) + j * D::WORDS, Pg + j * NEXT, j < tiles ? rows_left : 0,
+            cols_left - j * NEXT);
 }
 
-// -- split-K across a thread-block cluster (sm_90) -------------------------------------------------------------
+template <int M, int N, int K, int WARP_N, int SWZ_A, int MAGIC, int MAGIC_HI, int NC, int SETS, int MODE,
+          int ROW_BYTES, int NEXT, int DEPTH = 1>
+__device__ __forceinline__ void gemm_dq4g(const half* A, const unsigned char* Pg, int rows_left, int cols_left,
+                                          const half* sc, float* C, void* wbuf_, int it, int more) {
+  using D = Dq4Direct<M, N, K, WARP_N, SWZ_A, MAGIC, MAGIC_HI, NC, SETS, MODE, ROW_BYTES, NEXT, DEPTH>;
+  if constexpr (NEXT > 0) {
+    D::template step<0>(static_cast<unsigned*>(wbuf_), it % D::R, more, A, Pg, rows_left, cols_left, sc, C);
+  } else {
+    unsigned w[D::WORDS];
+    D::load(w, Pg, rows_left, cols_left);
+    D::compute(w, A, sc, C);
+  }
+}
+
+// -- split-K through global memory (any arch; the default) ------------------------------------------------------
+// The S blocks blockIdx.z = 0..S-1 of output tile t = blockIdx.x + blockIdx.y * gridDim.x each accumulated one
+// share of K into acc (R registers per thread, same layout in every block). Each block stores its partials to a
+// workspace slot of the kernel's own module (splitk_ws: a __device__ array, so no allocation at launch), then bumps
+// the tile's counter; the block that arrives last sums the S slots in rank order (deterministic: the same sum
+// whichever block is last), resets the counter for the next launch, and returns true — it alone runs the
+// epilogue. No cluster: a cluster launch left some SMs without any block (ncu: sm__ctas_launched.min = 0) while
+// others ran five, which cost a fifth of the W4A16 decode kernel's time. The workspace makes launches of one
+// loaded kernel stream-ordered: the launcher synchronises when the stream changes (meta "serial_streams").
+template <int KEY, int N>
+__device__ float splitk_ws[N];
+template <int KEY, int N>
+__device__ unsigned splitk_sem[N] = {};
+
+template <int R, int S, int THREADS, int TILES>
+__device__ __forceinline__ bool splitk_global_reduce(float* acc) {
+  __shared__ unsigned s_last;
+  float* ws = splitk_ws<0, S * TILES * R * THREADS>;  // [tile][rank][r][thread]
+  const int tid = threadIdx.x;
+  const int tile = blockIdx.x + blockIdx.y * gridDim.x;
+  float* base = ws + static_cast<long long>(tile) * S * R * THREADS;
+  float* mine = base + static_cast<long long>(blockIdx.z) * R * THREADS;
+#pragma unroll
+  for (int r = 0; r < R; ++r) __stcg(mine + r * THREADS + tid, acc[r]);
+  // the block's stores, then one acquire-release atomic (bar.sync makes them the atomic's: CUTLASS's semaphore
+  // pattern; a __threadfence per thread cost ~1 us here)
+  __syncthreads();
+  if (tid == 0) {
+    unsigned prev;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n"
+                 : "=r"(prev) : "l"(&splitk_sem<0, TILES>[tile]) : "memory");
+    s_last = prev == S - 1;
+  }
+  __syncthreads();
+  if (!s_last) return false;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float v = 0.f;
+#pragma unroll
+    for (int s = 0; s < S; ++s) v += __ldcg(base + (s * R + r) * THREADS + tid);
+    acc[r] = v;
+  }
+  if (tid == 0) atomicExch(&splitk_sem<0, TILES>[tile], 0u);
+  return true;
+}
+
+// -- split-K across a thread-block cluster (sm_90; TILELANG_CORE_CUDA_SPLIT_K_REDUCE=cluster) -------------------------------------------------------------
 // The S blocks of a cluster (__cluster_dims__(1, 1, S)) each accumulated one share of K into acc (R registers per
 // thread, same layout in every block). Each block parks its partials in its own shared memory (slot r * THREADS +
 // tid: consecutive threads, consecutive words), the cluster synchronises, and rank 0 adds ranks 1..S-1 in order
