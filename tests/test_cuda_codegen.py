@@ -379,6 +379,20 @@ def test_per_channel_scales_are_loaded_once_before_the_k_loop(tmp_path):
     assert "dq_scale_ptr[0] = " in src[:loop] and "dq_scale_ptr[0] = " not in src[loop:]
 
 
+def test_group_scales_are_loaded_one_k_iteration_ahead(tmp_path):
+    """Group scales change with k: iteration k loads k + 1's before its gemm call and moves them in after it."""
+    art = _build(dequant_gemm.dequant_gemm, (16, 1024, 8192, 128),
+                 {"block_M": 16, "block_N": 64, "block_K": 256, "num_stages": 3, "dtype": "float16"}, tmp_path,
+                 compile_cubin=False)
+    src = (tmp_path / art.sources["cuda"]).read_text()
+    loop = src.index("for (int k")
+    call = src.index("tl::gemm_dq4g<", loop)
+    assert "dq_scale_ptr[0] = Scale_ptr[" in src[:loop]  # the split share's first k, before the loop
+    assert "int dq_ks0 = (((int)blockIdx.z) * " in src[:loop]  # rebound to the share when K is split
+    assert "dq_scale_next_ptr[0] = " in src[loop:call]
+    assert "dq_scale_ptr[0] = dq_scale_next_ptr[0];" in src[call:]
+
+
 def test_wide_m_tiles_keep_the_weights_in_shared_memory(tmp_path):
     """With two warp rows both would load the same weights: the direct path is for one warp row only."""
     art = _build(dequant_gemm.dequant_gemm, (128, 1024, 1024, -1),

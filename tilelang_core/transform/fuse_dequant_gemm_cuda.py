@@ -363,6 +363,7 @@ class FuseDequantGemmCUDA(Rewriter):
         late = direct is not None and not varies and os.environ.get("TILELANG_CORE_CUDA_DQ4_LATE_SCALE", "0") == "1"
         sc = tirx.decl_buffer((NT * (2 if late else NC),), "float16", "dq_scale", scope="local")
         sc_stmts: list[Any] = [tirx.AllocBuffer(sc)]
+        sc_vals: list[Any] = []
         for ni in range(NT):
             for kc in range(2 if late else NC):
                 if late:
@@ -372,16 +373,36 @@ class FuseDequantGemmCUDA(Rewriter):
                     row = wc * (N // wn) + ni * 8 + tirx.floordiv(lane, 4)
                     col = kc * LANES_K + tirx.floormod(lane, 4) * CHUNK_K
                 val = self.ana.simplify(substitute(scale, {i: row, j: col}))
+                sc_vals.append(val)
                 sc_stmts.append(tirx.BufferStore(sc, self.guard_loads(val),
                                                  [tirx.IntImm("int32", ni * (2 if late else NC) + kc)]))
         if late:
             NC = 0
-        # scales that do not change with the k loop (per-channel) are loaded once, before it
+        # scales that do not change with the k loop (per-channel) are loaded once, before it; scales that do
+        # (groups) are software-pipelined on the direct path: iteration k loads k + 1's into dq_scale_next before
+        # its call and moves them into dq_scale after it, so their latency hides behind a whole tile's work
         loop = self.loop_stack[-1] if self.loop_stack else None
-        if loop is not None and STAGES_ATTR in loop.annotations and \
-                not any(_mentions(st.value, loop.loop_var) for st in sc_stmts[1:]):
+        after: list[Any] = []
+        pipelined = loop is not None and STAGES_ATTR in loop.annotations
+        if pipelined and not any(_mentions(st.value, loop.loop_var) for st in sc_stmts[1:]):
             self.loop_pre.setdefault(loop, []).extend(sc_stmts)
             stmts: list[Any] = []
+        elif pipelined and direct is not None and direct[2] and \
+                os.environ.get("TILELANG_CORE_CUDA_DQ4_SCALE_PREFETCH", "1") != "0":
+            k = loop.loop_var
+            ks0 = new_var("dq_ks0")
+            nxt_sc = tirx.decl_buffer(sc.shape, "float16", "dq_scale_next", scope="local")
+
+            def stores(buf: Any, sub: dict[Any, Any]) -> list[Any]:
+                return [tirx.BufferStore(buf, self.guard_loads(self.ana.simplify(substitute(v, sub))),
+                                         [tirx.IntImm("int32", n)]) for n, v in enumerate(sc_vals)]
+
+            self.loop_pre.setdefault(loop, []).extend(
+                [tirx.AllocBuffer(sc), tirx.AllocBuffer(nxt_sc), tirx.LetStmt(ks0, loop.min)] + stores(sc, {k: ks0}))
+            self.prefetch_vars.append(ks0)
+            stmts = stores(nxt_sc, {k: k + 1})
+            after = [tirx.BufferStore(sc, tirx.BufferLoad(nxt_sc, [tirx.IntImm("int32", n)]),
+                                      [tirx.IntImm("int32", n)]) for n in range(len(sc_vals))]
         else:
             stmts = sc_stmts
         magic = int(np.float16(1024 + zp).view(np.uint16))  # the even nibbles' 1024 + q, minus 1024 + z
@@ -433,6 +454,7 @@ class FuseDequantGemmCUDA(Rewriter):
             stmts.append(extern(name, a_ptr, tirx.address_of(tirx.BufferLoad(P, [zero, zero])), sc_ptr, c_ptr))
         self.removed.append(ops["b"].buffer)
         self.fused_accumulators.append(c.buffer)
+        stmts += after
         return (tirx.SeqStmt(stmts, span=gemm.span) if len(stmts) > 1 else stmts[0]), drop
 
     def guard_loads(self, e: Any) -> Any:
