@@ -170,7 +170,7 @@ def test_fp16_gemv_reads_a_with_16_byte_loads(tmp_path, block_N, block_K, thread
     art = _build(gemv.gemv, (8192, 8192, block_N, block_K, threads), {"dtype": "float16"}, tmp_path,
                  compile_cubin=False)
     src = (tmp_path / art.sources["cuda"]).read_text()
-    a_loads = re.findall(r"= \*\((\w+)\*\)\(A_ptr \+", src)
+    a_loads = re.findall(r"= __ldcs\(\(const (\w+)\*\)\(A_ptr \+", src)  # (streaming loads: A is read once)
     assert a_loads and set(a_loads) == {"uint4"}
     assert "A_ptr[" not in src  # no element-wise reads of A
     assert "ulonglong" not in src and "*(float4*)(acc_ptr" in src
@@ -308,6 +308,85 @@ def test_launcher_rejects_cpu_tensors_and_wrong_shapes_before_touching_the_gpu(t
         kern._launch(a[:, :32].contiguous(), a, a)
     with pytest.raises(TypeError, match="expected 2 input tensor"):
         kern(a)
+
+
+def test_cuda_launcher_refuses_tensors_that_are_not_16_byte_aligned():
+    """A view with a storage offset would make the kernel's 16-byte loads fault (a sticky CUDA error): refused with
+    the parameter's name instead; empty tensors and fresh allocations pass."""
+    from tilelang_core.runtime.cuda_launcher import check_vector_alignment
+
+    base = torch.randn(64)
+    view = base[1:]
+    with pytest.raises(ValueError, match=r"argument 'B': expected a tensor whose data pointer is 16-byte aligned "
+                                         r".*got one 4 bytes past alignment"):
+        check_vector_alignment("B", view.data_ptr(), view.numel())
+    check_vector_alignment("B", base.data_ptr(), base.numel())
+    check_vector_alignment("B", view.data_ptr(), 0)
+
+
+@tilelang.jit(out_idx=[-1])
+def _normalize_rows_two_pass(N, threads=128):
+    """Reads each row of X twice (the sum, then the division): X must keep normal caching."""
+
+    @T.prim_func
+    def main(X: T.Tensor((64, N), "float32"), Y: T.Tensor((64, N), "float32")):
+        with T.Kernel(64, threads=threads) as bx:
+            s = T.alloc_fragment((N,), "float32")
+            r = T.alloc_fragment((1,), "float32")
+            for i in T.Parallel(N):
+                s[i] = X[bx, i]
+            T.reduce_sum(s, r, dim=0)
+            for i in T.Parallel(N):
+                Y[bx, i] = X[bx, i] / r[0]
+
+    return main
+
+
+def test_read_once_inputs_get_streaming_loads_and_reused_ones_do_not(tmp_path):
+    # GEMV: each element of A is read by one thread once (evict-first), x by every block (normal caching)
+    (tmp_path / "gemv").mkdir()
+    art = _build(gemv.gemv, (8192, 8192, 2, 2048, 256), {"dtype": "float16"}, tmp_path / "gemv", compile_cubin=False)
+    src = (tmp_path / "gemv" / art.sources["cuda"]).read_text()
+    assert "__ldcs((const uint4*)(A_ptr + " in src
+    assert "*(uint4*)(A_ptr + " not in src and "*(uint4*)(x_ptr + " in src and "__ldcs((const uint4*)(x_ptr" not in src
+    # an elementwise kernel writes as much as it reads: its inputs keep normal caching
+    (tmp_path / "add").mkdir()
+    art = _build(elementwise.add_tiled, (1024, 1024), {}, tmp_path / "add", compile_cubin=False)
+    assert "__ldcs" not in (tmp_path / "add" / art.sources["cuda"]).read_text()
+    # a row read in two passes
+    (tmp_path / "two").mkdir()
+    art = _build(_normalize_rows_two_pass, (512,), {}, tmp_path / "two", compile_cubin=False)
+    assert "__ldcs" not in (tmp_path / "two" / art.sources["cuda"]).read_text()
+    # tensors handed to device templates by address (cp.async sources, W4A16 weights) are not rewritten
+    (tmp_path / "dq").mkdir()
+    art = _build(dequant_gemm.dequant_gemm, (16, 1024, 1024, 128),
+                 {"block_M": 16, "block_N": 64, "block_K": 256, "num_stages": 3, "dtype": "float16"},
+                 tmp_path / "dq", compile_cubin=False)
+    assert "__ldcs(" not in (tmp_path / "dq" / art.sources["cuda"]).read_text()
+
+
+def test_streaming_rewrite_touches_loads_only_not_addresses_or_other_tensors():
+    from tilelang_core.backend.cuda.streaming_loads import rewrite_source
+
+    src = ("  float4 v = *(float4*)(A_ptr + (i * 4));\n  y = A_ptr[(i + 1)] + B_ptr[i];\n"
+           "  tl::cp(&(A_ptr[3]), &A_ptr[4]);\n  *(uint4*)(x_ptr + 0) = *(uint4*)(A_ptr + ((a) + b));\n"
+           "  q = *(longlong4*)(A_ptr + 1);\n")
+    assert rewrite_source(src, {"A": "float32"}) == (
+        "  float4 v = __ldcs((const float4*)(A_ptr + (i * 4)));\n  y = __ldcs(&A_ptr[(i + 1)]) + B_ptr[i];\n"
+        "  tl::cp(&(A_ptr[3]), &A_ptr[4]);\n  *(uint4*)(x_ptr + 0) = __ldcs((const uint4*)(A_ptr + ((a) + b)));\n"
+        "  q = *(longlong4*)(A_ptr + 1);\n")  # no __ldcs overload for longlong4: left alone
+
+
+@needs_nvcc
+def test_streaming_loads_compile_and_can_be_switched_off(tmp_path, monkeypatch):
+    (tmp_path / "on").mkdir()
+    (tmp_path / "off").mkdir()
+    art = _build(gemv.gemv, (1000, 1030), {"dtype": "float16"}, tmp_path / "on")  # ragged: scalar and vector forms
+    src = (tmp_path / "on" / art.sources["cuda"]).read_text()
+    assert "__ldcs(&A_ptr[" in src and "__ldcs((const " in src
+    monkeypatch.setenv("TILELANG_CORE_CUDA_STREAMING_LOADS", "0")
+    art = _build(gemv.gemv, (1000, 1030), {"dtype": "float16"}, tmp_path / "off", compile_cubin=False)
+    assert "__ldcs" not in (tmp_path / "off" / art.sources["cuda"]).read_text()
 
 
 def test_runtime_and_launcher_import_neither_tvm_nor_tvm_ffi():

@@ -169,12 +169,13 @@ class CudaKernelCallable(KernelCallable):
         for i, t in enumerate(tensors):
             dt, shape = exp[i]
             try:
-                ok = t.dtype is dt and t.shape == shape and t.is_cuda and t.is_contiguous()
+                ok = t.dtype is dt and t.shape == shape and t.is_cuda and t.is_contiguous() and \
+                    t.data_ptr() % VECTOR_ALIGN == 0
             except AttributeError:
                 ok = False
             if not ok:
                 self.check_arg(self.params[i], t)  # raises the detailed error
-                raise TypeError(f"argument {self.params[i].name!r}: unsupported tensor")  # pragma: no cover
+                check_vector_alignment(self.params[i].name, t.data_ptr(), t.numel())  # an empty tensor passes
             d = t.get_device()
             if dev_index == -2:
                 dev_index = d
@@ -231,6 +232,19 @@ class CudaKernelCallable(KernelCallable):
             except TypeError:  # this cuda.bindings wants a CUstream object
                 res = driver.cuStreamSynchronize(driver.CUstream(prev))
             _check(res, "cuStreamSynchronize (a stateful kernel changed streams)")
+
+
+VECTOR_ALIGN = 16  # bytes: generated CUDA code reads and writes tensors with 16-byte vector accesses and cp.async
+
+
+def check_vector_alignment(name: str, ptr: int, numel: int) -> None:
+    """Refuse a tensor whose data pointer is not 16-byte aligned (a view with a storage offset, usually): the
+    kernel's 16-byte loads would fault with a sticky misaligned-address error that ends the CUDA context."""
+    off = ptr % VECTOR_ALIGN
+    if off and numel:
+        raise ValueError(f"argument {name!r}: expected a tensor whose data pointer is {VECTOR_ALIGN}-byte aligned "
+                         f"(CUDA kernels use 16-byte vector accesses), got one {off} bytes past alignment (a view "
+                         "with a storage offset?); pass a fresh tensor, e.g. .clone()")
 
 
 def _static_smem(driver: Any, fn: Any) -> int:

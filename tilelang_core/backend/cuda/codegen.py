@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import TileLangCompileError
+from . import streaming_loads
 
 HEADER = '#include "tl/tl.cuh"\n'
 
@@ -119,6 +120,8 @@ def generate(mod: Any, arch: str = "sm_90", instruments: list[Any] | None = None
     source = HEADER + rt.inspect_source("")
     if not re.search(rf"__global__\s+void\s+(__launch_bounds__\(\d+\)\s+)?{re.escape(kname)}\s*\(", source):
         raise TileLangCompileError(f"kernel {kname} not found in the generated CUDA source", stage="codegen")
+    if streaming_loads.enabled():  # read-once inputs: evict-first loads (a cache hint; see streaming_loads)
+        source = streaming_loads.rewrite_source(source, streaming_loads.streaming_buffers(func))
     cluster = func.attrs["tl.cluster_dims"] if func.attrs is not None and "tl.cluster_dims" in func.attrs else None
     if cluster is not None:  # a compile-time cluster shape (split-K through distributed shared memory)
         dims = ", ".join(str(int(c)) for c in cluster)

@@ -188,7 +188,9 @@ __device__ __forceinline__ void gemm_dq4(const half* A, const unsigned char* P, 
 // version that copied the next tile into place cost the overlap). NEXT == 0 loads the current tile at the start
 // of the call. The unpack (dq4_unpack) and the A fragments (dq4_chunk) are gemm_dq4's.
 #ifndef TL_DQ4_LDG
-#define TL_DQ4_LDG "ld.global.nc.v4.u32"  // (an L1::no_allocate hint made these loads ~25 % slower on the H200)
+// .cs: evict-first in L2 (the weights are read once; they should not push out other data — or dirty lines that
+// would then be written back during this kernel). An L1::no_allocate hint made these loads ~25 % slower on the H200.
+#define TL_DQ4_LDG "ld.global.nc.cs.v4.u32"
 #endif
 __device__ __forceinline__ uint4 ldg128_stream(const void* p, bool pred) {
   uint4 v = make_uint4(0u, 0u, 0u, 0u);
