@@ -519,6 +519,25 @@ def test_split_k_can_reduce_through_a_cluster_instead(tmp_path, monkeypatch):
     assert art.extra["cuda"]["serial_streams"] is False
 
 
+@needs_nvcc
+def test_split_k_falls_back_to_a_cluster_when_the_workspace_would_be_too_big(tmp_path, monkeypatch):
+    from tilelang_core.transform import fuse_dequant_gemm_cuda
+
+    monkeypatch.setattr(fuse_dequant_gemm_cuda, "WORKSPACE_LIMIT", 1024)  # bytes: any split-K needs more
+    art = _build(dequant_gemm.dequant_gemm, (16, 1024, 8192, -1),
+                 {"block_M": 16, "block_N": 128, "block_K": 256, "num_stages": 3, "dtype": "float16"}, tmp_path,
+                 compile_cubin=False)
+    src = (tmp_path / art.sources["cuda"]).read_text()
+    assert "__cluster_dims__(1, 1, 8)" in src and "splitk_global_reduce" not in src
+
+
+def test_kernels_without_split_k_keep_no_state_between_launches(tmp_path):
+    art = _build(dequant_gemm.dequant_gemm, (16, 1024, 1024, 128),
+                 {"block_M": 16, "block_N": 64, "block_K": 256, "num_stages": 3, "dtype": "float16"}, tmp_path,
+                 compile_cubin=False)
+    assert art.extra["cuda"]["serial_streams"] is False
+
+
 def test_split_factor_fills_the_sms_for_direct_weights():
     from tilelang_core.transform.fuse_dequant_gemm_cuda import _split_factor
 
