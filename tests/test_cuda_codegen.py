@@ -310,18 +310,20 @@ def test_launcher_rejects_cpu_tensors_and_wrong_shapes_before_touching_the_gpu(t
         kern(a)
 
 
-def test_cuda_launcher_refuses_tensors_that_are_not_16_byte_aligned():
-    """A view with a storage offset would make the kernel's 16-byte loads fault (a sticky CUDA error): refused with
-    the parameter's name instead; empty tensors and fresh allocations pass."""
-    from tilelang_core.runtime.cuda_launcher import check_vector_alignment
+def test_cuda_tensors_must_be_16_byte_aligned_but_cpu_ones_only_element_aligned():
+    """A view with a storage offset would make a CUDA kernel's 16-byte loads fault (a sticky error that ends the
+    CUDA context): refused with the parameter's name — by the launcher and by exported modules alike (one check).
+    CPU kernels assume element alignment only."""
+    from tilelang_core.runtime.call import check_tensor
+    from tilelang_core.runtime.exported import Param, alignment_for, check_alignment
 
-    base = torch.randn(64)
-    view = base[1:]
-    with pytest.raises(ValueError, match=r"argument 'B': expected a tensor whose data pointer is 16-byte aligned "
-                                         r".*got one 4 bytes past alignment"):
-        check_vector_alignment("B", view.data_ptr(), view.numel())
-    check_vector_alignment("B", base.data_ptr(), base.numel())
-    check_vector_alignment("B", view.data_ptr(), 0)
+    assert alignment_for("cuda", 2) == 16 and alignment_for("cuda", 4) == 16 and alignment_for("cpu", 4) == 4
+    view = torch.randn(65)[1:]  # 4 bytes past torch's aligned allocation
+    with pytest.raises(ValueError, match=r"argument 'B': expected a 16-byte aligned tensor, got a data pointer 4 "
+                                         r"bytes past alignment \(a view with a storage offset\?\); call .clone"):
+        check_alignment("B", view.data_ptr(), view.numel(), alignment_for("cuda", view.element_size()))
+    check_alignment("B", view.data_ptr(), 0, 16)  # empty: nothing is read
+    assert check_tensor(Param("B", [64], "float32"), view, "cpu") is view
 
 
 @tilelang.jit(out_idx=[-1])

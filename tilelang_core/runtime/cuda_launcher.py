@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import TileLangRuntimeError
 from .artifact import Artifact
 from .call import KernelCallable, torch_dtype
+from .exported import CUDA_ALIGNMENT
 
 _DEFAULT_SMEM = 48 * 1024
 _STREAM_AS_INT = True  # cuda.bindings takes raw stream handles as int; older versions need CUstream(...)
@@ -170,12 +171,11 @@ class CudaKernelCallable(KernelCallable):
             dt, shape = exp[i]
             try:
                 ok = t.dtype is dt and t.shape == shape and t.is_cuda and t.is_contiguous() and \
-                    t.data_ptr() % VECTOR_ALIGN == 0
+                    t.data_ptr() % CUDA_ALIGNMENT == 0
             except AttributeError:
                 ok = False
             if not ok:
-                self.check_arg(self.params[i], t)  # raises the detailed error
-                check_vector_alignment(self.params[i].name, t.data_ptr(), t.numel())  # an empty tensor passes
+                self.check_arg(self.params[i], t)  # raises the detailed error (an empty tensor may pass)
             d = t.get_device()
             if dev_index == -2:
                 dev_index = d
@@ -232,19 +232,6 @@ class CudaKernelCallable(KernelCallable):
             except TypeError:  # this cuda.bindings wants a CUstream object
                 res = driver.cuStreamSynchronize(driver.CUstream(prev))
             _check(res, "cuStreamSynchronize (a stateful kernel changed streams)")
-
-
-VECTOR_ALIGN = 16  # bytes: generated CUDA code reads and writes tensors with 16-byte vector accesses and cp.async
-
-
-def check_vector_alignment(name: str, ptr: int, numel: int) -> None:
-    """Refuse a tensor whose data pointer is not 16-byte aligned (a view with a storage offset, usually): the
-    kernel's 16-byte loads would fault with a sticky misaligned-address error that ends the CUDA context."""
-    off = ptr % VECTOR_ALIGN
-    if off and numel:
-        raise ValueError(f"argument {name!r}: expected a tensor whose data pointer is {VECTOR_ALIGN}-byte aligned "
-                         f"(CUDA kernels use 16-byte vector accesses), got one {off} bytes past alignment (a view "
-                         "with a storage offset?); pass a fresh tensor, e.g. .clone()")
 
 
 def _static_smem(driver: Any, fn: Any) -> int:

@@ -10,9 +10,10 @@ The library is written once to a content-addressed cache (``$TILELANG_EXPORT_CAC
 ``$XDG_CACHE_HOME/tilelang_core/exported``, else ``~/.cache/tilelang_core/exported``, else the temp folder),
 checked against its SHA-256, and loaded with ``tvm_ffi.load_module``. Inputs are validated with the same errors
 as tilelang_core's own kernels: ``TypeError`` for a wrong kind or dtype, ``ValueError`` naming the parameter, what
-was expected and what was given for rank, shape, device and contiguity. Kernels are compiled assuming only element
-alignment of their tensors, so views with a storage offset and numpy arrays are fine; a pointer that is not even
-element-aligned is refused.
+was expected and what was given for rank, shape, device and contiguity. CPU kernels are compiled assuming only
+element alignment of their tensors, so views with a storage offset and numpy arrays are fine; a pointer that is not
+even element-aligned is refused. CUDA kernels read and write with 16-byte vector accesses, so on CUDA a data pointer
+must be 16-byte aligned (a view with an odd storage offset is refused by name instead of faulting on the GPU).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 
 EXPORT_FORMAT = 1
 ALIGNMENT = 1  # bytes beyond element alignment: kernels declare their tensors element-aligned (T.Tensor align=)
+CUDA_ALIGNMENT = 16  # bytes: generated CUDA code uses 16-byte vector accesses and cp.async on every tensor
 _ISA_PREFIXES = ("sse", "ssse", "avx", "fma", "f16c", "bmi", "amx", "popcnt", "abm", "movbe", "gfni", "vaes",
                  "vpclmulqdq", "adx", "asimd", "sve", "fphp", "i8mm", "bf16")
 
@@ -104,6 +106,9 @@ class CudaLaunch:
         base = ctypes.addressof(self._values)
         self._params = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
         self._loaded: dict[int, Any] = {}
+        # module state (the split-K workspace): launches on different streams are ordered
+        self.serial_streams = bool(info.get("serial_streams", False))
+        self._last_stream: dict[int, int] = {}
 
     def _function(self, index: int) -> Any:
         fn = self._loaded.get(index)
@@ -120,7 +125,9 @@ class CudaLaunch:
                     "cuCtxSetCurrent")
             module = _cu(driver.cuModuleLoadData(self.cubin), "cuModuleLoadData")
             fn = _cu(driver.cuModuleGetFunction(module, self.kernel_name.encode()), "cuModuleGetFunction")
-            if self.dyn_smem > 48 * 1024:
+            static = _cu(driver.cuFuncGetAttribute(
+                driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn), "cuFuncGetAttribute")
+            if self.dyn_smem + int(static) > 48 * 1024:  # the opt-in limit counts static shared memory too
                 attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
                 _cu(driver.cuFuncSetAttribute(fn, attr, self.dyn_smem), "cuFuncSetAttribute")
             self._loaded[index] = fn
@@ -137,6 +144,15 @@ class CudaLaunch:
             self._values[k] = tensors[i].data_ptr()
         stream = int(torch.cuda.current_stream(index).cuda_stream)
         driver = _driver()
+        if self.serial_streams:
+            prev = self._last_stream.get(index)
+            self._last_stream[index] = stream
+            if prev is not None and prev != stream:
+                try:
+                    res = driver.cuStreamSynchronize(prev)
+                except TypeError:
+                    res = driver.cuStreamSynchronize(driver.CUstream(prev))
+                _cu(res, "cuStreamSynchronize (a stateful kernel changed streams)")
         args = (*self.grid, *self.block, self.dyn_smem)
         try:
             res = driver.cuLaunchKernel(fn, *args, stream, ctypes.addressof(self._params), 0)
@@ -239,12 +255,22 @@ def check_tensor(spec: Any, value: Any, device: str) -> Any:
     if not value.is_contiguous():
         raise ValueError(f"argument {spec.name!r}: expected a contiguous tensor, got strides {list(value.stride())}"
                          f" for shape {list(value.shape)} (call .contiguous() first)")
-    align = max(ALIGNMENT, value.element_size())
-    misaligned = value.data_ptr() % align if value.numel() else 0
-    if misaligned:  # the kernel may assume element alignment; anything less would fault
-        raise ValueError(f"argument {spec.name!r}: expected a {align}-byte aligned tensor, got a data pointer "
-                         f"{misaligned} bytes past alignment; call .clone() first")
+    check_alignment(spec.name, value.data_ptr(), value.numel(), alignment_for(device, value.element_size()))
     return value
+
+
+def alignment_for(device: str, element_size: int) -> int:
+    """The data-pointer alignment (bytes) a kernel on ``device`` assumes of a tensor of ``element_size`` bytes."""
+    return max(ALIGNMENT, element_size, CUDA_ALIGNMENT if device == "cuda" else 1)
+
+
+def check_alignment(name: str, ptr: int, numel: int, align: int) -> None:
+    """``ValueError`` naming the parameter when a non-empty tensor's data pointer is not ``align``-byte aligned (the
+    kernel may assume it; anything less would fault)."""
+    misaligned = ptr % align if numel else 0
+    if misaligned:
+        raise ValueError(f"argument {name!r}: expected a {align}-byte aligned tensor, got a data pointer "
+                         f"{misaligned} bytes past alignment (a view with a storage offset?); call .clone() first")
 
 
 
