@@ -350,61 +350,17 @@ class FuseDequantGemmCUDA(Rewriter):
         if varies is None:
             return None
         NC = K // LANES_K if varies else 1
-        tid = self.tid
-        lane = tirx.floormod(tid, 32)
-        wc = tirx.floormod(tirx.floordiv(tid, 32), wn)
         swa = self.swizzle.get(a.buffer, 0)
         direct = self.direct_source(P, before, K) if lay.warp_m == 1 and swa in (0, (2 * K).bit_length() - 1) \
             else None
         # opt-in (TILELANG_CORE_CUDA_DQ4_LATE_SCALE=1): per-channel scales on the direct path multiply the
         # accumulators once per call (NC = 0) instead of every weight — the exact product, not the program's
-        # per-weight fp16 rounding of (q - z) * s; the thread's accumulator columns are 2 (lane % 4) + 0, 1 of
-        # each 8-column atom
+        # per-weight fp16 rounding of (q - z) * s
         late = direct is not None and not varies and os.environ.get("TILELANG_CORE_CUDA_DQ4_LATE_SCALE", "0") == "1"
-        sc = tirx.decl_buffer((NT * (2 if late else NC),), "float16", "dq_scale", scope="local")
-        sc_stmts: list[Any] = [tirx.AllocBuffer(sc)]
-        sc_vals: list[Any] = []
-        for ni in range(NT):
-            for kc in range(2 if late else NC):
-                if late:
-                    row = wc * (N // wn) + ni * 8 + tirx.floormod(lane, 4) * 2 + kc
-                    col = tirx.IntImm("int32", 0)
-                else:
-                    row = wc * (N // wn) + ni * 8 + tirx.floordiv(lane, 4)
-                    col = kc * LANES_K + tirx.floormod(lane, 4) * CHUNK_K
-                val = self.ana.simplify(substitute(scale, {i: row, j: col}))
-                sc_vals.append(val)
-                sc_stmts.append(tirx.BufferStore(sc, self.guard_loads(val),
-                                                 [tirx.IntImm("int32", ni * (2 if late else NC) + kc)]))
+        sc, stmts, after = self.scale_loads(scale, i, j, wn, N // wn, NT, NC, late,
+                                            direct is not None and direct[2] > 0)
         if late:
             NC = 0
-        # scales that do not change with the k loop (per-channel) are loaded once, before it; scales that do
-        # (groups) are software-pipelined on the direct path: iteration k loads k + 1's into dq_scale_next before
-        # its call and moves them into dq_scale after it, so their latency hides behind a whole tile's work
-        loop = self.loop_stack[-1] if self.loop_stack else None
-        after: list[Any] = []
-        pipelined = loop is not None and STAGES_ATTR in loop.annotations
-        if pipelined and not any(_mentions(st.value, loop.loop_var) for st in sc_stmts[1:]):
-            self.loop_pre.setdefault(loop, []).extend(sc_stmts)
-            stmts: list[Any] = []
-        elif pipelined and direct is not None and direct[2] and \
-                os.environ.get("TILELANG_CORE_CUDA_DQ4_SCALE_PREFETCH", "1") != "0":
-            k = loop.loop_var
-            ks0 = new_var("dq_ks0")
-            nxt_sc = tirx.decl_buffer(sc.shape, "float16", "dq_scale_next", scope="local")
-
-            def stores(buf: Any, sub: dict[Any, Any]) -> list[Any]:
-                return [tirx.BufferStore(buf, self.guard_loads(self.ana.simplify(substitute(v, sub))),
-                                         [tirx.IntImm("int32", n)]) for n, v in enumerate(sc_vals)]
-
-            self.loop_pre.setdefault(loop, []).extend(
-                [tirx.AllocBuffer(sc), tirx.AllocBuffer(nxt_sc), tirx.LetStmt(ks0, loop.min)] + stores(sc, {k: ks0}))
-            self.prefetch_vars.append(ks0)
-            stmts = stores(nxt_sc, {k: k + 1})
-            after = [tirx.BufferStore(sc, tirx.BufferLoad(nxt_sc, [tirx.IntImm("int32", n)]),
-                                      [tirx.IntImm("int32", n)]) for n in range(len(sc_vals))]
-        else:
-            stmts = sc_stmts
         magic = int(np.float16(1024 + zp).view(np.uint16))  # the even nibbles' 1024 + q, minus 1024 + z
         magic_hi = int(np.float16(-(64 + zp)).view(np.uint16))  # the odd nibbles' (1024 + 16 q) / 16, minus 64 + z
         # independent accumulator sets: at least 4 mma.sync chains per warp (decode tiles have 1 or 2 accumulators)
@@ -456,6 +412,53 @@ class FuseDequantGemmCUDA(Rewriter):
         self.fused_accumulators.append(c.buffer)
         stmts += after
         return (tirx.SeqStmt(stmts, span=gemm.span) if len(stmts) > 1 else stmts[0]), drop
+
+    def scale_loads(self, scale: Any, i: Any, j: Any, wn: int, WN: int, NT: int, NC: int, late: bool,
+                    ring: bool) -> tuple[Any, list[Any], list[Any]]:
+        """This thread's scales: the buffer, the statements before the fused call and those after it (statements
+        that belong before the k loop go to ``loop_pre``). Rows are the thread's B columns ``ni * 8 + lane / 4``
+        (``late``: its accumulator columns ``ni * 8 + 2 (lane % 4) + 0, 1``) of warp column ``warp % wn`` (``WN``
+        columns each), one scale per 128-wide k chunk when
+        ``NC`` > 1. Scales that do not change with the k loop (per-channel) are loaded once, before it; scales that
+        do (groups) are software-pipelined when the weights stream through the register ring: iteration k loads
+        k + 1's into ``dq_scale_next`` before its call and moves them into ``dq_scale`` after it, so their latency
+        hides behind a whole tile's work."""
+        lane = tirx.floormod(self.tid, 32)
+        wc = tirx.floormod(tirx.floordiv(self.tid, 32), wn)
+        per_row = 2 if late else NC
+        sc = tirx.decl_buffer((NT * per_row,), "float16", "dq_scale", scope="local")
+        vals: list[Any] = []
+        for ni in range(NT):
+            for kc in range(per_row):
+                if late:
+                    row = wc * WN + ni * 8 + tirx.floormod(lane, 4) * 2 + kc
+                    col = tirx.IntImm("int32", 0)
+                else:
+                    row = wc * WN + ni * 8 + tirx.floordiv(lane, 4)
+                    col = kc * LANES_K + tirx.floormod(lane, 4) * CHUNK_K
+                vals.append(self.ana.simplify(substitute(scale, {i: row, j: col})))
+
+        def stores(buf: Any, sub: dict[Any, Any] | None = None) -> list[Any]:
+            return [tirx.BufferStore(buf, self.guard_loads(self.ana.simplify(substitute(v, sub)) if sub else v),
+                                     [tirx.IntImm("int32", n)]) for n, v in enumerate(vals)]
+
+        loop = self.loop_stack[-1] if self.loop_stack else None
+        if loop is None or STAGES_ATTR not in loop.annotations:
+            return sc, [tirx.AllocBuffer(sc)] + stores(sc), []
+        k = loop.loop_var
+        if not any(_mentions(v, k) for v in vals):
+            self.loop_pre.setdefault(loop, []).extend([tirx.AllocBuffer(sc)] + stores(sc))
+            return sc, [], []
+        if not ring or os.environ.get("TILELANG_CORE_CUDA_DQ4_SCALE_PREFETCH", "1") == "0":
+            return sc, [tirx.AllocBuffer(sc)] + stores(sc), []
+        ks0 = new_var("dq_ks0")  # the loop's first k (split_k_cluster rebinds it to the block's share)
+        nxt = tirx.decl_buffer(sc.shape, "float16", "dq_scale_next", scope="local")
+        self.loop_pre.setdefault(loop, []).extend(
+            [tirx.AllocBuffer(sc), tirx.AllocBuffer(nxt), tirx.LetStmt(ks0, loop.min)] + stores(sc, {k: ks0}))
+        self.prefetch_vars.append(ks0)
+        moves = [tirx.BufferStore(sc, tirx.BufferLoad(nxt, [tirx.IntImm("int32", n)]), [tirx.IntImm("int32", n)])
+                 for n in range(len(vals))]
+        return sc, stores(nxt, {k: k + 1}), moves
 
     def guard_loads(self, e: Any) -> Any:
         """Bounds-guard the global loads of ``e`` (0 outside the tensor), as the nest would have been."""
