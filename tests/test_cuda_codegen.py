@@ -326,6 +326,54 @@ def test_cuda_tensors_must_be_16_byte_aligned_but_cpu_ones_only_element_aligned(
     assert check_tensor(Param("B", [64], "float32"), view, "cpu") is view
 
 
+class _RecordingDriver:
+    """Stands in for ``cuda.bindings.driver`` (no GPU here): records the calls the launch helpers make."""
+
+    class CUfunction_attribute:  # noqa: N801 - the driver's spelling
+        CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = "static"
+        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = "max_dynamic"
+
+    def __init__(self, static_smem: int = 0):
+        self.static_smem, self.calls = static_smem, []
+
+    def cuFuncGetAttribute(self, attr, fn):  # noqa: N802
+        return (0, self.static_smem)
+
+    def cuFuncSetAttribute(self, fn, attr, value):  # noqa: N802
+        self.calls.append(("set", attr, value))
+        return (0,)
+
+    def cuStreamSynchronize(self, stream):  # noqa: N802
+        self.calls.append(("sync", stream))
+        return (0,)
+
+
+def _unpack(res, what):
+    return res[1] if len(res) == 2 else None
+
+
+def test_shared_memory_opt_in_counts_the_templates_static_shared_memory():
+    from tilelang_core.runtime.exported import raise_smem_limit
+
+    drv = _RecordingDriver(static_smem=64)  # tl::splitk_global_reduce's flag
+    raise_smem_limit(drv, "fn", 48 * 1024, _unpack)  # 48 KiB dynamic + 64 B static: past the default
+    assert drv.calls == [("set", "max_dynamic", 48 * 1024)]
+    drv = _RecordingDriver(static_smem=64)
+    raise_smem_limit(drv, "fn", 32 * 1024, _unpack)
+    assert drv.calls == []
+
+
+def test_a_stateful_kernel_waits_for_the_previous_stream_only_when_the_stream_changes():
+    from tilelang_core.runtime.exported import StreamOrder
+
+    drv, order = _RecordingDriver(), StreamOrder()
+    for stream in (11, 11, 22, 22, 11):
+        order.before_launch(drv, 0, stream, _unpack)
+    assert drv.calls == [("sync", 11), ("sync", 22)]
+    order.before_launch(drv, 1, 33, _unpack)  # another device: its own history
+    assert drv.calls == [("sync", 11), ("sync", 22)]
+
+
 @tilelang.jit(out_idx=[-1])
 def _normalize_rows_two_pass(N, threads=128):
     """Reads each row of X twice (the sum, then the division): X must keep normal caching."""

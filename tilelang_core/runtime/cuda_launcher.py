@@ -17,9 +17,8 @@ from typing import Any
 from ..errors import TileLangRuntimeError
 from .artifact import Artifact
 from .call import KernelCallable, torch_dtype
-from .exported import CUDA_ALIGNMENT
+from .exported import CUDA_ALIGNMENT, StreamOrder, raise_smem_limit
 
-_DEFAULT_SMEM = 48 * 1024
 _STREAM_AS_INT = True  # cuda.bindings takes raw stream handles as int; older versions need CUstream(...)
 
 
@@ -78,8 +77,7 @@ class CudaKernelCallable(KernelCallable):
         self.block = tuple(int(b) for b in meta["block"])
         self.dyn_smem = int(meta["dyn_smem"])
         # a kernel with state in its module's globals (the split-K workspace) must not run on two streams at once
-        self.serial_streams = bool(meta.get("serial_streams", False))
-        self._last_stream: dict[int, int] = {}
+        self.stream_order = StreamOrder() if meta.get("serial_streams", False) else None
         names = [p.name for p in artifact.params]
         try:
             self.arg_order = [names.index(a) for a in meta["args"]]
@@ -112,10 +110,7 @@ class CudaKernelCallable(KernelCallable):
                 _check(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
             module = _check(driver.cuModuleLoadData(self.cubin), "cuModuleLoadData")
             fn = _check(driver.cuModuleGetFunction(module, self.kernel_name.encode()), "cuModuleGetFunction")
-            if self.dyn_smem + _static_smem(driver, fn) > _DEFAULT_SMEM:  # the opt-in limit counts both
-                attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-                _check(driver.cuFuncSetAttribute(fn, attr, self.dyn_smem),
-                       f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={self.dyn_smem})")
+            raise_smem_limit(driver, fn, self.dyn_smem, _check)
             loaded = _Loaded(module, fn, ctx)
             self._loaded[device_index] = loaded
             return loaded
@@ -201,8 +196,8 @@ class CudaKernelCallable(KernelCallable):
         stream = _current_stream(dev_index)
         gx, gy, gz = self.grid
         bx, by, bz = self.block
-        if self.serial_streams:
-            self._order_streams(dev_index, stream)
+        if self.stream_order is not None:
+            self.stream_order.before_launch(driver, dev_index, stream, _check)
         global _STREAM_AS_INT
         if not _STREAM_AS_INT:
             stream = driver.CUstream(stream)
@@ -218,26 +213,6 @@ class CudaKernelCallable(KernelCallable):
         if res[0] != driver.CUresult.CUDA_SUCCESS:
             _check(res, f"cuLaunchKernel({self.kernel_name}, grid={self.grid}, block={self.block}, "
                         f"smem={self.dyn_smem})")
-
-
-    def _order_streams(self, dev_index: int, stream: int) -> None:
-        """Launches of a stateful kernel are ordered: on a change of stream, wait for the previous stream first."""
-        with self._lock:
-            prev = self._last_stream.get(dev_index)
-            self._last_stream[dev_index] = int(stream)
-        if prev is not None and prev != int(stream):
-            driver = _driver()
-            try:
-                res = driver.cuStreamSynchronize(prev)
-            except TypeError:  # this cuda.bindings wants a CUstream object
-                res = driver.cuStreamSynchronize(driver.CUstream(prev))
-            _check(res, "cuStreamSynchronize (a stateful kernel changed streams)")
-
-
-def _static_smem(driver: Any, fn: Any) -> int:
-    """The kernel's static shared memory in bytes (``__shared__`` variables of our device templates)."""
-    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
-    return int(_check(driver.cuFuncGetAttribute(attr, fn), "cuFuncGetAttribute(SHARED_SIZE_BYTES)"))
 
 
 def _current_stream(index: int) -> int:

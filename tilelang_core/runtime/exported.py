@@ -79,6 +79,42 @@ def _driver() -> Any:
     return driver
 
 
+DEFAULT_SMEM = 48 * 1024  # bytes of shared memory a kernel gets without opting in
+
+
+def raise_smem_limit(driver: Any, fn: Any, dyn_smem: int, check: Any) -> None:
+    """Opt ``fn`` into ``dyn_smem`` bytes of dynamic shared memory when that plus its static shared memory (the
+    ``__shared__`` variables of our device templates) exceeds the default 48 KiB. ``check`` unpacks a driver
+    result, raising on an error (each launcher brings its own error type)."""
+    attrs = driver.CUfunction_attribute
+    static = check(driver.cuFuncGetAttribute(attrs.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn),
+                   "cuFuncGetAttribute(SHARED_SIZE_BYTES)")
+    if dyn_smem + int(static) > DEFAULT_SMEM:
+        check(driver.cuFuncSetAttribute(fn, attrs.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dyn_smem),
+              f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={dyn_smem})")
+
+
+class StreamOrder:
+    """Orders the launches of a kernel that keeps state in its module (the split-K workspace; meta
+    ``serial_streams``): a launch on another stream than the previous one first waits for that stream. Within one
+    stream CUDA orders launches already, so the common case costs a dictionary lookup."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def before_launch(self, driver: Any, device: int, stream: int, check: Any) -> None:
+        with self._lock:
+            prev = self._last.get(device)
+            self._last[device] = int(stream)
+        if prev is not None and prev != int(stream):
+            try:
+                res = driver.cuStreamSynchronize(prev)
+            except TypeError:  # this cuda.bindings wants a CUstream object
+                res = driver.cuStreamSynchronize(driver.CUstream(prev))
+            check(res, "cuStreamSynchronize (a stateful kernel changed streams)")
+
+
 def _cu(res: Any, what: str) -> Any:
     driver = _driver()
     err = res[0] if isinstance(res, tuple) else res
@@ -107,8 +143,7 @@ class CudaLaunch:
         self._params = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
         self._loaded: dict[int, Any] = {}
         # module state (the split-K workspace): launches on different streams are ordered
-        self.serial_streams = bool(info.get("serial_streams", False))
-        self._last_stream: dict[int, int] = {}
+        self.stream_order = StreamOrder() if info.get("serial_streams", False) else None
 
     def _function(self, index: int) -> Any:
         fn = self._loaded.get(index)
@@ -125,11 +160,7 @@ class CudaLaunch:
                     "cuCtxSetCurrent")
             module = _cu(driver.cuModuleLoadData(self.cubin), "cuModuleLoadData")
             fn = _cu(driver.cuModuleGetFunction(module, self.kernel_name.encode()), "cuModuleGetFunction")
-            static = _cu(driver.cuFuncGetAttribute(
-                driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn), "cuFuncGetAttribute")
-            if self.dyn_smem + int(static) > 48 * 1024:  # the opt-in limit counts static shared memory too
-                attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-                _cu(driver.cuFuncSetAttribute(fn, attr, self.dyn_smem), "cuFuncSetAttribute")
+            raise_smem_limit(driver, fn, self.dyn_smem, _cu)
             self._loaded[index] = fn
         return fn
 
@@ -144,15 +175,8 @@ class CudaLaunch:
             self._values[k] = tensors[i].data_ptr()
         stream = int(torch.cuda.current_stream(index).cuda_stream)
         driver = _driver()
-        if self.serial_streams:
-            prev = self._last_stream.get(index)
-            self._last_stream[index] = stream
-            if prev is not None and prev != stream:
-                try:
-                    res = driver.cuStreamSynchronize(prev)
-                except TypeError:
-                    res = driver.cuStreamSynchronize(driver.CUstream(prev))
-                _cu(res, "cuStreamSynchronize (a stateful kernel changed streams)")
+        if self.stream_order is not None:
+            self.stream_order.before_launch(driver, index, stream, _cu)
         args = (*self.grid, *self.block, self.dyn_smem)
         try:
             res = driver.cuLaunchKernel(fn, *args, stream, ctypes.addressof(self._params), 0)
