@@ -539,10 +539,16 @@ def test_w4a16_fusion_can_be_switched_off(tmp_path, monkeypatch):
     assert "gemm_dq4" not in src and "tl::gemm_ss<" in src
 
 
+def _build_split_k_decode(tmp_path, compile_cubin: bool = True):
+    """W4A16 at 16 x 1024 x 8192, 128-wide tiles: 8 blocks and a long K loop, so the pass splits K."""
+    return _build(dequant_gemm.dequant_gemm, (16, 1024, 8192, -1),
+                  {"block_M": 16, "block_N": 128, "block_K": 256, "num_stages": 3, "dtype": "float16"}, tmp_path,
+                  compile_cubin=compile_cubin)
+
+
 @needs_nvcc
 def test_small_grid_long_k_dequant_gemm_splits_k_through_a_global_workspace(tmp_path):
-    art = _build(dequant_gemm.dequant_gemm, (16, 1024, 8192, -1),
-                 {"block_M": 16, "block_N": 128, "block_K": 256, "num_stages": 3, "dtype": "float16"}, tmp_path)
+    art = _build_split_k_decode(tmp_path)
     src = (tmp_path / art.sources["cuda"]).read_text()
     # direct weights: split until two blocks per SM (8 x 8 = 64 blocks < 264), each share keeps 4 >= 3 k-tiles
     assert art.extra["cuda"]["grid"] == [8, 1, 8]
@@ -560,8 +566,7 @@ def test_small_grid_long_k_dequant_gemm_splits_k_through_a_global_workspace(tmp_
 @needs_nvcc
 def test_split_k_can_reduce_through_a_cluster_instead(tmp_path, monkeypatch):
     monkeypatch.setenv("TILELANG_CORE_CUDA_SPLIT_K_REDUCE", "cluster")
-    art = _build(dequant_gemm.dequant_gemm, (16, 1024, 8192, -1),
-                 {"block_M": 16, "block_N": 128, "block_K": 256, "num_stages": 3, "dtype": "float16"}, tmp_path)
+    art = _build_split_k_decode(tmp_path)
     src = (tmp_path / art.sources["cuda"]).read_text()
     assert art.extra["cuda"]["grid"] == [8, 1, 8]
     assert "__cluster_dims__(1, 1, 8)" in src and "tl::cluster_splitk_reduce<" in src
@@ -574,9 +579,7 @@ def test_split_k_falls_back_to_a_cluster_when_the_workspace_would_be_too_big(tmp
     from tilelang_core.transform import fuse_dequant_gemm_cuda
 
     monkeypatch.setattr(fuse_dequant_gemm_cuda, "WORKSPACE_LIMIT", 1024)  # bytes: any split-K needs more
-    art = _build(dequant_gemm.dequant_gemm, (16, 1024, 8192, -1),
-                 {"block_M": 16, "block_N": 128, "block_K": 256, "num_stages": 3, "dtype": "float16"}, tmp_path,
-                 compile_cubin=False)
+    art = _build_split_k_decode(tmp_path, compile_cubin=False)
     src = (tmp_path / art.sources["cuda"]).read_text()
     assert "__cluster_dims__(1, 1, 8)" in src and "splitk_global_reduce" not in src
 
@@ -601,8 +604,7 @@ def test_split_factor_fills_the_sms_for_direct_weights():
 @needs_nvcc
 def test_split_k_can_be_switched_off(tmp_path, monkeypatch):
     monkeypatch.setenv("TILELANG_CORE_CUDA_SPLIT_K", "1")
-    art = _build(dequant_gemm.dequant_gemm, (16, 1024, 8192, -1),
-                 {"block_M": 16, "block_N": 128, "block_K": 256, "num_stages": 3, "dtype": "float16"}, tmp_path)
+    art = _build_split_k_decode(tmp_path)
     assert art.extra["cuda"]["grid"] == [8, 1, 1]
     assert "__cluster_dims__" not in (tmp_path / art.sources["cuda"]).read_text()
 
