@@ -508,6 +508,25 @@ def test_per_channel_scales_are_loaded_once_before_the_k_loop(tmp_path):
     assert "dq_scale_ptr[0] = " in src[:loop] and "dq_scale_ptr[0] = " not in src[loop:]
 
 
+@needs_nvcc
+def test_per_channel_scales_multiply_the_accumulators_not_every_weight(tmp_path, monkeypatch):
+    """Per-channel scales on the direct path: the mma takes q - z and each call scales its fp32 partial sums (NC = 0),
+    two scales per 8-column atom (the thread's two accumulator columns); the program's per-weight rounding is one
+    switch away."""
+    cfg = {"block_M": 16, "block_N": 64, "block_K": 256, "num_stages": 3, "dtype": "float16"}
+    art = _build(dequant_gemm.dequant_gemm, (16, 1024, 2048, -1), cfg, tmp_path)
+    src = (tmp_path / art.sources["cuda"]).read_text()
+    assert "tl::gemm_dq4g<16, 64, 256, 4, 9, 25608, 54400, 0," in src
+    assert "half dq_scale_ptr[4];" in src  # NT = 2 atoms x 2 columns
+    assert "((((int)threadIdx.x) & 3) * 2)) + 1)]" in src  # column 2 q + 1 of the atom
+    assert _ptxas_spills(art) == 0
+    monkeypatch.setenv("TILELANG_CORE_CUDA_DQ4_LATE_SCALE", "0")
+    (tmp_path / "rounded").mkdir()
+    art = _build(dequant_gemm.dequant_gemm, (16, 1024, 2048, -1), cfg, tmp_path / "rounded", compile_cubin=False)
+    src = (tmp_path / "rounded" / art.sources["cuda"]).read_text()
+    assert "tl::gemm_dq4g<16, 64, 256, 4, 9, 25608, 54400, 1," in src and "half dq_scale_ptr[2];" in src
+
+
 def test_group_scales_are_loaded_one_k_iteration_ahead(tmp_path):
     """Group scales change with k: iteration k loads k + 1's before its gemm call and moves them in after it."""
     art = _build(dequant_gemm.dequant_gemm, (16, 1024, 8192, 128),
@@ -556,6 +575,7 @@ def test_small_grid_long_k_dequant_gemm_splits_k_through_a_global_workspace(tmp_
     # block of each tile (8 of them, 16 registers x 128 threads each) runs the epilogue
     assert "__cluster_dims__" not in src and "cluster_splitk_reduce" not in src
     assert "if (tl::splitk_global_reduce<16, 8, 128, 8>((&(C_local_ptr[0]))))" in src
+    assert _ptxas_spills(art) == 0
     assert art.extra["cuda"]["serial_streams"] is True  # the launcher orders launches across streams
     # the register double buffer and the hoisted first loads follow the split loop's bounds
     assert "(k - (((int)blockIdx.z) * 4)), (((((int)blockIdx.z) * 4) + 3) - k))" in src

@@ -36,6 +36,9 @@ class Entry:
     bytes: float = 0.0
     check: bool = True
     env: dict[str, str] = field(default_factory=dict)  # environment while building (compiler switches)
+    # a second reference in refs.py: the exact answer, where ``ref`` is the program's own rounding order; the check
+    # then compares with the exact answer, its tolerance widened by the reference's own distance from it
+    exact: str = ""
 
 
 def _gemm_bench(M: int, N: int, K: int, bm: int, bn: int, bk: int, stages: int, threads: int,
@@ -192,6 +195,8 @@ def entries() -> list[Entry]:
 
 
 DQ_INPUTS = {"B": ["randint", 0, 256], "Scale": ["rand", 0.01, 0.11]}
+# W4A16 checks: random packed weights and scales; compared with the exact product (see Entry.exact)
+DQ_CHECK: dict[str, Any] = {"inputs": DQ_INPUTS, "exact": "dequant_gemm_exact"}
 
 
 def issue7_entries() -> list[Entry]:
@@ -228,7 +233,7 @@ def issue7_entries() -> list[Entry]:
         bm, bn, bk, st, th = cfg
         out.append(E(f"dq_f16_{M}x{N}x{K}_g{gs}", dq, "dequant_gemm", (M, N, K, gs),
                      {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st, "threads": th,
-                      "dtype": "float16"}, "dequant_gemm", rtol=2e-2, atol=2e-2, inputs=DQ_INPUTS))
+                      "dtype": "float16"}, "dequant_gemm", rtol=2e-2, atol=2e-2, **DQ_CHECK))
     # decode (M = 16): tl.FuseDequantGemmCUDA reads the weights straight from global memory and splits K over a
     # cluster until the grid has two blocks per SM; "_smem" is the earlier schedule (weights staged through shared
     # memory, TILELANG_CORE_CUDA_DQ4_DIRECT=0), "_loads" the direct kernel's weight loads alone (not checked)
@@ -237,7 +242,8 @@ def issue7_entries() -> list[Entry]:
                            (16, 128, 512, 3, 128), (16, 256, 256, 3, 256), (16, 32, 256, 4, 128),
                            (16, 64, 256, 4, 64), (16, 64, 128, 4, 128), (16, 128, 128, 4, 128),
                            (16, 128, 256, 4, 256), (16, 128, 512, 2, 128), (16, 128, 512, 3, 256),
-                           (16, 128, 512, 4, 128), (16, 256, 512, 2, 256), (16, 64, 1024, 2, 128)],
+                           (16, 128, 512, 4, 128), (16, 256, 512, 2, 256), (16, 64, 1024, 2, 128),
+                           (16, 256, 256, 4, 128), (16, 256, 256, 3, 128), (16, 128, 256, 3, 128)],
         (128, 8192, 28672): [(128, 64, 128, 4, 256), (64, 64, 128, 4, 128), (64, 128, 128, 4, 256),
                              (32, 64, 256, 4, 128)],
     }
@@ -249,10 +255,16 @@ def issue7_entries() -> list[Entry]:
         ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_REGBUF": "0"}, "_noregbuf"),
         ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_DEPTH": "2"}, "_d2"),
         ((16, 128, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_DEPTH": "2"}, "_d2"),
+        ((16, 128, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_DEPTH": "2", "TILELANG_CORE_CUDA_SPLIT_K": "4"}, "_d2s4"),
+        ((16, 128, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_DEPTH": "3", "TILELANG_CORE_CUDA_SPLIT_K": "4"}, "_d3s4"),
+        ((16, 128, 256, 3, 128), {"TILELANG_CORE_CUDA_DQ4_DEPTH": "2", "TILELANG_CORE_CUDA_SPLIT_K": "4"}, "_d2s4"),
+        ((16, 64, 512, 3, 128), {"TILELANG_CORE_CUDA_DQ4_DEPTH": "2"}, "_d2"),
         ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_DEPTH": "3"}, "_d3"),
         ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_SPLIT_K_REDUCE": "cluster"}, "_cluster"),
-        ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_LATE_SCALE": "1"}, "_late"),
-        ((16, 128, 512, 3, 128), {"TILELANG_CORE_CUDA_DQ4_LATE_SCALE": "1"}, "_late"),
+        ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_LATE_SCALE": "0"}, "_rounded"),
+        ((16, 128, 512, 3, 128), {"TILELANG_CORE_CUDA_DQ4_LATE_SCALE": "0"}, "_rounded"),
+        ((16, 128, 512, 3, 128), {"TILELANG_CORE_CUDA_DQ4_MODE": "1"}, "_loads"),
+        ((16, 128, 256, 4, 128), {"TILELANG_CORE_CUDA_SPLIT_K": "8"}, "_s8"),
         ((16, 128, 512, 3, 128), {"TILELANG_CORE_CUDA_SPLIT_K": "2"}, "_s2"),
         ((16, 128, 512, 3, 128), {"TILELANG_CORE_CUDA_SPLIT_K_REDUCE": "cluster"}, "_cluster"),
         ((16, 64, 128, 4, 128), {"TILELANG_CORE_CUDA_DQ4_DEPTH": "2"}, "_d2"),
@@ -269,14 +281,14 @@ def issue7_entries() -> list[Entry]:
                 out.append(E(f"dq_f16_{M}x{N}x{K}_g{gs}_{bm}x{bn}x{bk}s{st}t{th}{tag}", dq, "dequant_gemm",
                              (M, N, K, gs), {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st,
                                              "threads": th, "dtype": "float16"}, "dequant_gemm", rtol=2e-2,
-                             atol=2e-2, inputs=DQ_INPUTS, bench="dequant", flops=2.0 * M * N * K,
-                             bytes=N * K / 2 + 2.0 * (M * K + M * N), env=env, check=tag not in ("_loads", "_late")))
+                             atol=2e-2, **DQ_CHECK, bench="dequant", flops=2.0 * M * N * K,
+                             bytes=N * K / 2 + 2.0 * (M * K + M * N), env=env, check="_loads" not in tag))
     # the same program without tl.FuseDequantGemmCUDA: unpacking through shared memory (what the fusion buys)
     bm, bn, bk, st, th = 16, 64, 256, 3, 128
     out.append(E(f"dq_f16_16x8192x8192_g-1_{bm}x{bn}x{bk}s{st}t{th}_unfused", dq, "dequant_gemm",
                  (16, 8192, 8192, -1), {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st,
                                         "threads": th, "dtype": "float16"}, "dequant_gemm", rtol=2e-2, atol=2e-2,
-                 inputs=DQ_INPUTS, bench="dequant", flops=2.0 * 16 * 8192 * 8192,
+                 **DQ_CHECK, bench="dequant", flops=2.0 * 16 * 8192 * 8192,
                  bytes=8192 * 8192 / 2 + 2.0 * (16 * 8192 + 16 * 8192), env={"TILELANG_CORE_CUDA_FUSE_DEQUANT": "0"}))
     # split-K shapes with ragged M / N and groups (cluster kernels, direct weights)
     for M, N, K, gs, cfg in ((5, 1000, 8192, -1, (16, 128, 256, 3, 128)), (16, 512, 4096, 128, (16, 128, 256, 3, 128)),
@@ -284,7 +296,7 @@ def issue7_entries() -> list[Entry]:
         bm, bn, bk, st, th = cfg
         out.append(E(f"dq_f16_{M}x{N}x{K}_g{gs}_sk", dq, "dequant_gemm", (M, N, K, gs),
                      {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st, "threads": th,
-                      "dtype": "float16"}, "dequant_gemm", rtol=2e-2, atol=2e-2, inputs=DQ_INPUTS))
+                      "dtype": "float16"}, "dequant_gemm", rtol=2e-2, atol=2e-2, **DQ_CHECK))
     # -- GEMV 8192 x 8192 (examples/gemv.py) ---------------------------------------------------------------------
     N = K = 8192
     for dt, es in (("float32", 4), ("float16", 2)):

@@ -159,5 +159,14 @@ def dequant_gemm(A: torch.Tensor, B: torch.Tensor, Scale: torch.Tensor) -> list[
     return [_hi(A) @ _hi(w).T]
 
 
+def dequant_gemm_exact(A: torch.Tensor, B: torch.Tensor, Scale: torch.Tensor) -> list[Any]:
+    """The exact product ``A @ ((q - 8) * scale)^T`` (weights formed in float64, no per-weight rounding): what a
+    kernel that scales its accumulators instead of every weight (per-channel scales) computes, up to fp32 sums."""
+    N, half = B.shape
+    q = torch.stack([(B & 0xF), (B >> 4)], dim=-1).reshape(N, 2 * half).to(torch.int32) - 8
+    w = _hi(q) * _hi(Scale).repeat_interleave(2 * half // Scale.shape[1], dim=1)
+    return [_hi(A) @ w.T]
+
+
 REFS = {name: fn for name, fn in globals().items() if callable(fn) and not name.startswith("_")
         and getattr(fn, "__module__", None) == __name__}

@@ -30,8 +30,16 @@ the first tile's loads are issued before the loop — ahead of the A pipeline's 
 the next tile's loads before it computes on the current one; scales that do not depend on the k loop are loaded
 once, before it. ``TILELANG_CORE_CUDA_DQ4_DIRECT=0`` keeps the shared-memory staging,
 ``TILELANG_CORE_CUDA_DQ4_REGBUF=0`` the loads at the start of each call, ``TILELANG_CORE_CUDA_DQ4_DEPTH`` sets the
-tiles in flight (1), ``TILELANG_CORE_CUDA_DQ4_LATE_SCALE=1`` scales per-channel accumulators once per call instead
-of every weight (exact product, not the program's per-weight fp16 rounding).
+tiles in flight (1).
+
+**Per-channel scales scale the accumulators.** When the scale does not depend on k (one per output channel) and
+the weights come straight from global memory, the mma consumes ``q - z`` (exact in fp16) and each call multiplies
+its fp32 partial sums by the channel's scale once — four ``hmul2`` per 32-bit word fewer, ~1.5 µs of ~21 at
+16×8192×8192 on the H200 (Marlin applies per-channel scales the same way). The result is the exact product
+``sum_k a_k (q_k - z) s`` rounded in fp32, where the program's order rounds every weight ``(q - z) s`` to fp16
+first: the two differ by that rounding (~2^-12 relative per term), and the fused result is the closer of the two to
+the exact answer. ``TILELANG_CORE_CUDA_DQ4_LATE_SCALE=0`` keeps the program's per-weight rounding (bit-identical
+weights). Decision and measurements: docs/design.md, docs/cuda.md.
 
 **Split-K.** At decode sizes the grid is small (N / block_N blocks) and every block re-reads the whole A through L2
 and shared memory, so wide N tiles are cheaper — but they leave SMs idle. When the fused loop is long and the grid
@@ -39,7 +47,9 @@ fills less than half the SMs (weights from global memory: less than two blocks p
 then the only loads in flight), the K loop is split over ``S`` blocks (``S`` = 2, 4 or 8, a new ``blockIdx.z``).
 Each accumulates its share of K; ``tl::splitk_global_reduce`` stores the partials to a workspace in the kernel's
 module, and the last block of each tile (a counter; one acquire-release atomic) adds them in rank order
-(deterministic, fp32, one launch) and runs the program's own epilogue ``T.copy(C_local, C[...])``.
+(deterministic, fp32, one launch) and runs the program's own epilogue ``T.copy(C_local, C[...])``. (A "ticket"
+variant — tickets taken as blocks start, partials stored with their launch's epoch in one 64-bit word so that the
+last ticket holder needs no atomic after its loop — measured slower on the H200: docs/cuda.md.)
 ``TILELANG_CORE_CUDA_SPLIT_K_REDUCE=cluster`` instead makes the ``S`` blocks one thread-block cluster
 (``__cluster_dims__(1, 1, S)``, sm_90) reducing through distributed shared memory — measured slower on the H200,
 where the cluster launch left SMs without blocks. ``TILELANG_CORE_CUDA_SPLIT_K`` = 1 turns splitting off, = S
@@ -353,10 +363,12 @@ class FuseDequantGemmCUDA(Rewriter):
         swa = self.swizzle.get(a.buffer, 0)
         direct = self.direct_source(P, before, K) if lay.warp_m == 1 and swa in (0, (2 * K).bit_length() - 1) \
             else None
-        # opt-in (TILELANG_CORE_CUDA_DQ4_LATE_SCALE=1): per-channel scales on the direct path multiply the
-        # accumulators once per call (NC = 0) instead of every weight — the exact product, not the program's
-        # per-weight fp16 rounding of (q - z) * s
-        late = direct is not None and not varies and os.environ.get("TILELANG_CORE_CUDA_DQ4_LATE_SCALE", "0") == "1"
+        # per-channel scales on the direct path multiply the accumulators once per call (NC = 0) instead of every
+        # weight: the exact product (q - z) * s, where the program rounds each weight to fp16 first (see the
+        # module doc; TILELANG_CORE_CUDA_DQ4_LATE_SCALE=0 keeps the program's rounding)
+        # (scales that change along k are applied per weight: scaling each 128-wide chunk's sum instead measured
+        # no faster for groups of 128 on the H200 — docs/cuda.md)
+        late = direct is not None and not varies and os.environ.get("TILELANG_CORE_CUDA_DQ4_LATE_SCALE", "1") != "0"
         sc, stmts, after = self.scale_loads(scale, i, j, wn, N // wn, NT, NC, late,
                                             direct is not None and direct[2] > 0)
         if late:
@@ -429,13 +441,13 @@ class FuseDequantGemmCUDA(Rewriter):
         sc = tirx.decl_buffer((NT * per_row,), "float16", "dq_scale", scope="local")
         vals: list[Any] = []
         for ni in range(NT):
-            for kc in range(per_row):
-                if late:
-                    row = wc * WN + ni * 8 + tirx.floormod(lane, 4) * 2 + kc
+            for n in range(per_row):
+                if late:  # sc[ni * 2 + c]: accumulator column 2 q + c of atom ni
+                    row = wc * WN + ni * 8 + tirx.floormod(lane, 4) * 2 + n
                     col = tirx.IntImm("int32", 0)
                 else:
                     row = wc * WN + ni * 8 + tirx.floordiv(lane, 4)
-                    col = kc * LANES_K + tirx.floormod(lane, 4) * CHUNK_K
+                    col = n * LANES_K + tirx.floormod(lane, 4) * CHUNK_K
                 vals.append(self.ana.simplify(substitute(scale, {i: row, j: col})))
 
         def stores(buf: Any, sub: dict[Any, Any] | None = None) -> list[Any]:

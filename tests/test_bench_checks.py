@@ -1,0 +1,69 @@
+"""The GPU bench's correctness check (bench/gpu/run.py), exercised on CPU tensors.
+
+Why: the W4A16 check compares a kernel with the *exact* product and widens the tolerance by the program-order
+reference's own distance from it (per-channel kernels scale their fp32 sums instead of rounding every weight).
+A check that loose enough to pass anything would hide wrong kernels; these tests pin both directions.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+GPU_BENCH = Path(__file__).resolve().parents[1] / "bench" / "gpu"
+sys.path.insert(0, str(GPU_BENCH))
+
+refs = pytest.importorskip("refs")
+run = pytest.importorskip("run")
+
+
+def _w4a16_case(seed: int = 0, M: int = 4, N: int = 48, K: int = 512, groups: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    A = torch.randn(M, K, generator=g).half()
+    B = torch.randint(0, 256, (N, K // 2), generator=g, dtype=torch.uint8)
+    S = (torch.rand(N, groups, generator=g) * 0.1 + 0.01).half()
+    return A, B, S
+
+
+def test_exact_reference_differs_from_the_program_order_one_by_weight_rounding_only():
+    A, B, S = _w4a16_case()
+    prog, = refs.dequant_gemm(A, B, S)
+    exact, = refs.dequant_gemm_exact(A, B, S)
+    diff = (prog - exact).abs()
+    assert float(diff.max()) > 0  # fp16 rounding of (q - 8) * s is visible ...
+    assert float(diff.max()) < 1e-2 * float(exact.abs().max())  # ... and small against the outputs
+
+
+def _check(out: torch.Tensor, A, B, S) -> bool:
+    prog, = refs.dequant_gemm(A, B, S)
+    exact, = refs.dequant_gemm_exact(A, B, S)
+    ok, _ = run.compare(out, exact, 2e-2, 2e-2, (prog - exact).abs())
+    return ok
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+def test_exact_check_accepts_both_roundings_of_a_correct_kernel(groups):
+    A, B, S = _w4a16_case(groups=groups)
+    prog, = refs.dequant_gemm(A, B, S)
+    exact, = refs.dequant_gemm_exact(A, B, S)
+    assert _check(prog.half(), A, B, S)  # the program's per-weight rounding, output in fp16
+    assert _check(exact.half(), A, B, S)  # scaled sums (the fused per-channel kernel), output in fp16
+
+
+def test_exact_check_rejects_a_kernel_that_drops_one_k_chunk():
+    A, B, S = _w4a16_case()
+    A2 = A.clone()
+    A2[:, 128:160] = 0  # as if one lane's 32 weights per row were never multiplied
+    wrong, = refs.dequant_gemm_exact(A2, B, S)
+    assert not _check(wrong.half(), A, B, S)
+
+
+def test_exact_check_rejects_swapped_output_columns():
+    A, B, S = _w4a16_case()
+    exact, = refs.dequant_gemm_exact(A, B, S)
+    wrong = exact.clone()
+    wrong[:, [3, 4]] = wrong[:, [4, 3]]
+    assert not _check(wrong.half(), A, B, S)
