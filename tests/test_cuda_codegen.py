@@ -638,3 +638,46 @@ def test_scalar_temporaries_inside_t_parallel_do_not_serialise_the_nest(tmp_path
     src = (tmp_path / art.sources["cuda"]).read_text()
     # 64 x 128 unpacked weights over 128 threads: 64 per thread, not the whole 8192-element tile
     assert src.count("q_ptr") < 400
+
+
+@tilelang.jit(out_idx=[-1])
+def _two_phase_staging(N=4096, block=1024, threads=128):
+    """Stages X through one shared tile, then Y through another: the two tiles are never alive together."""
+
+    @T.prim_func
+    def main(X: T.Tensor((N,), "float32"), Y: T.Tensor((N,), "float32"), Z: T.Tensor((N,), "float32")):
+        with T.Kernel(N // block, threads=threads) as bx:
+            xs = T.alloc_shared((block,), "float32")
+            ys = T.alloc_shared((block,), "float32")
+            acc = T.alloc_fragment((block,), "float32")
+            T.copy(X[bx * block], xs)
+            T.copy(xs, acc)
+            T.copy(Y[bx * block], ys)
+            for i in T.Parallel(block):
+                acc[i] = acc[i] + ys[block - 1 - i]
+            T.copy(acc, Z[bx * block])
+
+    return main
+
+
+@needs_nvcc
+def test_shared_tiles_with_disjoint_lifetimes_share_bytes_behind_a_barrier(tmp_path):
+    art = _build(_two_phase_staging, (), {}, tmp_path)
+    src = (tmp_path / art.sources["cuda"]).read_text()
+    assert art.extra["cuda"]["dyn_smem"] == 1024 * 4  # one tile's bytes, not two
+    # xs's last read (into acc) and ys's first write (the copy from Y) are separated by a barrier: without it a fast
+    # thread could overwrite bytes a slow one still reads
+    body = src[src.rindex("__global__"):]
+    body = body[body.index("{"):]
+    last_xs_read = body.index("= *(float4*)(((float*)smem_ptr)", body.index("X_ptr"))
+    first_ys_write = body.index("Y_ptr")
+    assert "__syncthreads()" in body[last_xs_read:first_ys_write]
+
+
+@needs_nvcc
+def test_flash_attention_output_tile_reuses_the_input_tiles(tmp_path):
+    """128x64 tiles, 2 stages, 128 threads: Q 32 KiB + K, V 2 x 2 x 16 KiB; the 32 KiB output staging tile lives
+    after the loop and takes Q's bytes: 96 KiB, so two blocks fit on an SM (the H200 has 227 KiB)."""
+    art = _build(flash_attention.flash_attention, (1, 2, 512, 128, False),
+                 {"block_M": 128, "block_N": 64, "num_stages": 2, "threads": 128, "dtype": "float16"}, tmp_path)
+    assert art.extra["cuda"]["dyn_smem"] == 96 * 1024

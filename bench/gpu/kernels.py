@@ -215,7 +215,7 @@ def issue7_entries() -> list[Entry]:
                              "attention", {"is_causal": causal}, rtol=2e-2, atol=2e-2))
     # 8 warps x 16 rows (MT = 1) and 4 warps x 32 rows (MT = 2: half the shared-memory B traffic per mma.sync)
     fa_cfgs = [(128, 64, 2, 256), (128, 128, 2, 256), (64, 64, 2, 128), (128, 64, 3, 256), (128, 64, 2, 128),
-               (128, 64, 3, 128)]
+               (128, 64, 3, 128), (256, 64, 2, 256), (128, 32, 3, 128)]
     fa_cfgs_d64 = [(128, 64, 2, 256), (128, 128, 2, 256), (128, 64, 3, 256), (256, 64, 2, 256), (128, 64, 2, 128),
                    (128, 128, 2, 128)]
     for B, H, S, D, causal in ((8, 16, 4096, 128, False), (8, 16, 4096, 128, True), (8, 32, 2048, 64, False)):

@@ -1,9 +1,15 @@
 """Pass: place every shared tile in one dynamic shared-memory buffer, at fixed offsets, in its physical layout.
 
-Tiles are laid out one after the other (128-byte aligned, no reuse) in a single ``extern __shared__`` byte array,
-so the kernel's dynamic shared memory size is known exactly here — the launcher needs it, and sizes above 48 KiB
-need the function attribute raised before launch. (TVM's own merging pass reuses memory by liveness, which cannot
-see the pointers our gemm and copy templates take.) Each tile becomes a flat view of that array; accesses are
+Tiles are laid out in a single ``extern __shared__`` byte array (128-byte aligned), so the kernel's dynamic shared
+memory size is known exactly here — the launcher needs it, and sizes above 48 KiB need the function attribute
+raised before launch. Tiles whose lifetimes do not overlap share bytes: a lifetime is the span of top-level
+statements of the block's body that touch the tile (a whole loop counts as one statement, so everything a
+pipelined loop uses lives through all of it), placement is first-fit, and a ``__syncthreads()`` is inserted
+between the last use of one tile and the first use of a tile that reuses its bytes, unless one is already there.
+That is what lets flash attention's output staging tile reuse the Q / K / V tiles (128×64 tiles with 128 threads:
+128 → 96 KiB, two blocks per SM instead of one). (TVM's own merging pass reuses memory by liveness too, but it
+cannot see the pointers our gemm and copy templates take; here every template argument is an ``address_of`` a
+tile element, which the lifetime scan sees.) Each tile becomes a flat view of that array; accesses are
 rewritten to the physical offset: leading (pipeline stage) dimensions select a slab, and inside a slab of a
 swizzled tile the XOR swizzle of ``_cuda_layouts.swizzle_expr`` applies — the same function the tensor-core
 gemm template uses to find its operands.
@@ -18,7 +24,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..errors import TileLangCompileError
-from ._cuda_common import ATTR_SMEM, is_shared, swizzles_of
+from ._cuda_common import ATTR_SMEM, extern, is_shared, is_sync, swizzles_of, sync_stmt
 from ._cuda_layouts import dtype_bytes, swizzle_expr
 
 ALIGN = 128
@@ -62,15 +68,14 @@ def lower_shared_memory_cuda(func: tirx.PrimFunc, arch: str = "sm_90") -> tirx.P
     if not shared:
         return func.with_attr(ATTR_SMEM, 0)
     swz = swizzles_of(func)
-    offsets = []
-    total = 0
-    for b in shared:
-        total = -(-total // ALIGN) * ALIGN
-        offsets.append(total)
-        n = 1
-        for x in b.shape:
-            n *= int(x)
-        total += n * dtype_bytes(str(b.dtype))
+    sizes = [_nbytes(b) for b in shared]
+    plan = _plan_reuse(func.body, shared, sizes)
+    if plan is None:  # no single block body to scan: one tile after the other
+        offsets, barriers = _stack(sizes), set()
+    else:
+        offsets, barriers = plan
+    body = _insert_barriers(func.body, barriers) if barriers else func.body
+    total = max(off + n for off, n in zip(offsets, sizes))
     total = -(-total // 16) * 16
     limit = MAX_SMEM.get(arch, 232448)
     if total > limit:
@@ -106,7 +111,7 @@ def lower_shared_memory_cuda(func: tirx.PrimFunc, arch: str = "sm_90") -> tirx.P
         return tirx.BufferStore(v, st.value, [_phys(st.buffer, list(st.indices), swz.get(st.buffer, 0))],
                                 span=st.span)
 
-    body = tvm_ffi.structural_map(func.body, [(tirx.AllocBuffer, alloc), (tvm.ir.TensorLoad, load),
+    body = tvm_ffi.structural_map(body, [(tirx.AllocBuffer, alloc), (tvm.ir.TensorLoad, load),
                                               (tirx.BufferStore, store)])
 
     def add_alloc(s: Any) -> Any:
@@ -118,3 +123,163 @@ def lower_shared_memory_cuda(func: tirx.PrimFunc, arch: str = "sm_90") -> tirx.P
 
     body = tvm_ffi.structural_map(body, [(tirx.For, add_alloc)])
     return func.with_body(body).with_attr(ATTR_SMEM, total)
+
+
+def _nbytes(buf: Any) -> int:
+    n = 1
+    for x in buf.shape:
+        n *= int(x)
+    return n * dtype_bytes(str(buf.dtype))
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _stack(sizes: list[int]) -> list[int]:
+    """Offsets of tiles laid one after the other."""
+    offsets, total = [], 0
+    for n in sizes:
+        total = _align(total)
+        offsets.append(total)
+        total += n
+    return offsets
+
+
+def _block_body(body: Any) -> Any:
+    """The body of the (single) ``threadIdx.x`` loop, or None."""
+    found: list[Any] = []
+
+    def visit(f: Any) -> Any:
+        tb = f.thread_binding
+        if tb is not None and str(tb.thread_tag) == "threadIdx.x":
+            found.append(f)
+        return f
+
+    tvm_ffi.structural_map(body, [(tirx.For, visit)])
+    return found[0].body if len(found) == 1 else None
+
+
+def _flatten(s: Any) -> list[Any]:
+    if isinstance(s, tirx.SeqStmt):
+        out: list[Any] = []
+        for x in s.seq:
+            out.extend(_flatten(x))
+        return out
+    return [s]
+
+
+def _touched(s: Any, shared: list[Any]) -> set[int]:
+    """Indices (into ``shared``) of the tiles statement ``s`` reads, writes or takes the address of."""
+    hit: set[int] = set()
+
+    def mark(buf: Any) -> None:
+        for i, b in enumerate(shared):
+            if buf.same_as(b):
+                hit.add(i)
+
+    def load(ld: Any) -> Any:
+        mark(ld.source)
+        return ld
+
+    def store(st: Any) -> Any:
+        mark(st.buffer)
+        return st
+
+    tvm_ffi.structural_map(s, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store)])
+    return hit
+
+
+def _plan_reuse(body: Any, shared: list[Any],
+                sizes: list[int]) -> tuple[list[int], set[tuple[int, int, bool]]] | None:
+    """First-fit offsets over lifetimes (see the module doc) and the barriers they need: (after statement i, before
+    statement j, whether cp.async copies into the old tile must be drained first) over the block body's top-level
+    statements. None when there is no block body to scan or
+    reuse would save nothing."""
+    blk = _block_body(body)
+    if blk is None:
+        return None
+    stmts = _flatten(blk)
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    syncs: list[int] = []
+    drains: list[int] = []  # tl::cp_async_wait<0>: no asynchronous copy left in flight
+    async_into: set[int] = set()  # tiles some cp.async writes
+    for n, st in enumerate(stmts):
+        if is_sync(st):
+            syncs.append(n)
+            continue
+        if isinstance(st, tirx.AllocBuffer):
+            continue
+        if _calls_named(st, "tl::cp_async_wait<0>", exact=True):
+            drains.append(n)
+        touched = _touched(st, shared)
+        if _calls_named(st, "tl::cp_async_16"):
+            async_into |= touched
+        for i in touched:
+            first.setdefault(i, n)
+            last[i] = n
+    span = {i: (first.get(i, 0), last.get(i, len(stmts))) for i in range(len(shared))}
+    placed: list[int] = []
+    offsets = [0] * len(shared)
+    for i in sorted(range(len(shared)), key=lambda i: -sizes[i]):  # big tiles first: fewer holes
+        live = [j for j in placed if not (span[j][1] < span[i][0] or span[i][1] < span[j][0])]
+        off = 0
+        for j in sorted(live, key=lambda j: offsets[j]):
+            if off + sizes[i] <= offsets[j]:
+                break
+            off = max(off, _align(offsets[j] + sizes[j]))
+        offsets[i] = off
+        placed.append(i)
+    if max(o + n for o, n in zip(offsets, sizes)) >= max(o + n for o, n in zip(_stack(sizes), sizes)):
+        return None
+    barriers: set[tuple[int, int, bool]] = set()
+    for i in range(len(shared)):
+        for j in range(len(shared)):
+            if span[i][1] < span[j][0] and offsets[i] < offsets[j] + sizes[j] and offsets[j] < offsets[i] + sizes[i]:
+                a, b = span[i][1], span[j][0]  # i's bytes are reused by j: all of i's uses end before j's start
+                drained = i not in async_into or any(a < n < b for n in drains)
+                if not drained:
+                    barriers.add((a, b, True))
+                elif not any(a < n < b for n in syncs):
+                    barriers.add((a, b, False))
+    return offsets, barriers
+
+
+def _calls_named(s: Any, name: str, exact: bool = False) -> bool:
+    """``s`` calls an extern function named ``name`` (or starting with it)."""
+    hit: list[Any] = []
+
+    def rec(c: Any) -> Any:
+        if c.args and isinstance(c.args[0], tvm.ir.StringImm):
+            n = str(c.args[0].value)
+            if n == name or (not exact and n.startswith(name)):
+                hit.append(c)
+        return c
+
+    tvm_ffi.structural_map(s, [(tvm.ir.Call, rec)])
+    return bool(hit)
+
+
+def _insert_barriers(body: Any, barriers: set[tuple[int, int, bool]]) -> Any:
+    """A ``__syncthreads()`` before each statement ``b`` of the block body's top level (for the triples (a, b,
+    drain)), preceded by ``tl::cp_async_wait<0>`` where asynchronous copies into the old tile may be in flight."""
+    before = {b for _, b, _ in barriers}
+    drain = {b for _, b, d in barriers if d}
+
+    def visit(f: Any) -> Any:
+        tb = f.thread_binding
+        if tb is None or str(tb.thread_tag) != "threadIdx.x":
+            return f
+        stmts = _flatten(f.body)
+        out: list[Any] = []
+        for n, st in enumerate(stmts):
+            if n in drain:
+                out.append(extern("tl::cp_async_wait<0>"))
+            if n in before:
+                out.append(sync_stmt())
+            out.append(st)
+        return tirx.For(f.loop_var, f.min, f.extent, f.kind, tirx.SeqStmt(out), f.thread_binding, f.annotations,
+                        f.step, f.span)
+
+    return tvm_ffi.structural_map(body, [(tirx.For, visit)])
