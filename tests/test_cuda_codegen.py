@@ -619,6 +619,22 @@ def test_split_factor_fills_the_sms_for_direct_weights():
     assert _split_factor(8, 32, 3, "sm_90", direct=True) == 8  # capped at a cluster of 8
     assert _split_factor(128, 4, 3, "sm_90", direct=True) == 1  # a share would be shorter than the pipeline
     assert _split_factor(8, 32, 3, "sm_80", direct=True) == 1  # clusters need sm_90
+    # with the kernel's registers known: never a second wave. 64 tiles at ~150 registers x 128 threads: 3 blocks
+    # per SM (396 slots), so 4 (256 blocks), not 8 (512); at ~120 registers 4 blocks per SM fit, so 8
+    assert _split_factor(64, 32, 4, "sm_90", direct=True) == 8
+    assert _split_factor(64, 32, 4, "sm_90", direct=True, regs=150, threads=128) == 4
+    assert _split_factor(64, 32, 4, "sm_90", direct=True, regs=120, threads=128) == 8
+
+
+def test_register_estimate_tracks_ptxas_for_the_decode_tiles():
+    """The split-K choice uses an estimate made before ptxas runs; ptxas's counts for these tiles (H200 build):
+    16x64x256 113, 16x128x256 159, 16x128x512 232, 16x128x128 127 registers (per-channel, 128 threads)."""
+    from tilelang_core.transform.fuse_dequant_gemm_cuda import estimated_registers
+
+    cases = [((16, 2, 256, 1, 2, True, 4), 113), ((16, 4, 256, 1, 1, True, 8), 159),
+             ((16, 4, 512, 1, 1, True, 8), 232), ((16, 4, 128, 1, 1, True, 8), 127)]
+    for args, ptxas in cases:
+        assert abs(estimated_registers(*args) - ptxas) <= 0.1 * ptxas, (args, estimated_registers(*args), ptxas)
 
 
 @needs_nvcc

@@ -44,7 +44,8 @@ weights). Decision and measurements: docs/design.md, docs/cuda.md.
 **Split-K.** At decode sizes the grid is small (N / block_N blocks) and every block re-reads the whole A through L2
 and shared memory, so wide N tiles are cheaper — but they leave SMs idle. When the fused loop is long and the grid
 fills less than half the SMs (weights from global memory: less than two blocks per SM, since resident warps are
-then the only loads in flight), the K loop is split over ``S`` blocks (``S`` = 2, 4 or 8, a new ``blockIdx.z``).
+then the only loads in flight — and as long as the split grid still runs in one wave by the kernel's estimated
+registers), the K loop is split over ``S`` blocks (``S`` = 2, 4 or 8, a new ``blockIdx.z``).
 Each accumulates its share of K; ``tl::splitk_global_reduce`` stores the partials to a workspace in the kernel's
 module, and the last block of each tile (a counter; one acquire-release atomic) adds them in rank order
 (deterministic, fp32, one launch) and runs the program's own epilogue ``T.copy(C_local, C[...])``. (A "ticket"
@@ -156,6 +157,7 @@ class FuseDequantGemmCUDA(Rewriter):
         self.direct = False  # some fused gemm reads its weights straight from global memory
         self.loop_pre: dict[Any, list[Any]] = {}  # loop -> statements to place just before it (registers, scales)
         self.prefetch_vars: list[Any] = []  # the first k of each loop whose first weight tiles load before it
+        self.est_regs = 0  # registers per thread the direct kernel is expected to need (for the split-K choice)
 
     def visit_For(self, s: Any) -> Any:  # noqa: N802
         out = super().visit_For(s)
@@ -371,6 +373,7 @@ class FuseDequantGemmCUDA(Rewriter):
         late = direct is not None and not varies and os.environ.get("TILELANG_CORE_CUDA_DQ4_LATE_SCALE", "1") != "0"
         sc, stmts, after = self.scale_loads(scale, i, j, wn, N // wn, NT, NC, late,
                                             direct is not None and direct[2] > 0)
+        n_scales = NT * (2 if late else NC) * (2 if varies and direct is not None and direct[2] > 0 else 1)
         if late:
             NC = 0
         magic = int(np.float16(1024 + zp).view(np.uint16))  # the even nibbles' 1024 + q, minus 1024 + z
@@ -416,6 +419,8 @@ class FuseDequantGemmCUDA(Rewriter):
                                 rows_left, cols_left, sc_ptr, c_ptr, *tail))
             self.removed.append(P)
             self.direct = True
+            self.est_regs = max(self.est_regs, estimated_registers(M, NT, K, depth if nxt else 0, sets, late,
+                                                                   n_scales))
         else:
             name = (f"tl::gemm_dq4<{M}, {N}, {K}, {lay.warp_m}, {wn}, {swa}, {magic}, {magic_hi}, {NC}, {sets}, "
                     f"{mode}>")
@@ -512,17 +517,32 @@ def fuse_dequant_gemm_cuda(func: tirx.PrimFunc, arch: str = "sm_90") -> tirx.Pri
         return s
 
     out = out.with_body(tvm_ffi.structural_map(out.body, [(tirx.AllocBuffer, drop)]))
-    return split_k_cluster(out, arch, pass_.fused_accumulators, pass_.direct, pass_.prefetch_vars)
+    return split_k_cluster(out, arch, pass_.fused_accumulators, pass_.direct, pass_.prefetch_vars, pass_.est_regs)
 
 
 NUM_SMS = {"sm_90": 132, "sm_90a": 132}  # the H100/H200 SXM count; clusters need sm_90
+REGISTERS_PER_SM = 65536
+REG_BASE = 56  # addresses, loop state, A fragments: calibrated on ptxas's counts for 16 x {32..256} x {128..1024}
 
 
-def _split_factor(blocks: int, n: int, stages: int, arch: str, direct: bool = False) -> int:
+def estimated_registers(M: int, NT: int, K: int, depth: int, sets: int, late: bool, n_scales: int) -> int:
+    """Registers per thread of a direct ``tl::gemm_dq4g`` kernel, before ptxas: the weight ring (``depth + 1``
+    tiles of ``4 NT K/128`` words; one tile when ``depth`` is 0), the accumulator sets (plus the per-call sum when
+    scales are late), the scales (halves, two to a register). Within ~10 % of ptxas on the H200 configs."""
+    ring = 4 * NT * (K // LANES_K) * (depth + 1)
+    accs = (M // 16) * NT * 4 * (sets + (1 if late else 0))
+    return min(255, ring + accs + (n_scales + 1) // 2 + REG_BASE)
+
+
+def _split_factor(blocks: int, n: int, stages: int, arch: str, direct: bool = False, regs: int = 0,
+                  threads: int = 128) -> int:
     """Blocks per cluster. Weights through shared memory: double while the grid stays under half the SMs and each
     share keeps >= 2x stages (at least 4) k-tiles. Weights from global memory (``direct``): the loads in flight
-    come from resident warps alone, so double while the grid is under two blocks per SM and each share keeps at
-    least ``max(2, stages)`` k-tiles. ``TILELANG_CORE_CUDA_SPLIT_K`` forces a value (1 = off)."""
+    come from resident warps alone, so double while the grid is under two blocks per SM, each share keeps at
+    least ``max(2, stages)`` k-tiles and — when the kernel's registers per thread are known (``regs``, estimated)
+    — the doubled grid still runs in one wave (16×128×256 at ~150 registers fits three blocks per SM: split 8
+    would make two waves, 27 µs instead of 21.6 on the H200). ``TILELANG_CORE_CUDA_SPLIT_K`` forces a value
+    (1 = off)."""
     forced = int(os.environ.get("TILELANG_CORE_CUDA_SPLIT_K", "0"))
     sms = NUM_SMS.get(arch)
     if sms is None:
@@ -532,7 +552,10 @@ def _split_factor(blocks: int, n: int, stages: int, arch: str, direct: bool = Fa
         return forced if ok else 1
     s = 1
     if direct:
-        while s < 8 and blocks * s < 2 * sms and n % (s * 2) == 0 and n // (s * 2) >= max(2, stages):
+        per_thread = -(-max(regs, 1) // 8) * 8  # allocated in steps of 8 per thread
+        per_sm = max(1, REGISTERS_PER_SM // (per_thread * threads)) if regs else 1 << 30
+        while (s < 8 and blocks * s < 2 * sms and n % (s * 2) == 0 and n // (s * 2) >= max(2, stages)
+               and blocks * s * 2 <= sms * per_sm):
             s *= 2
         return s
     while (s < 8 and blocks * s * 2 <= sms and n % (s * 2) == 0 and n // (s * 2) >= max(4, 2 * stages)):
@@ -541,7 +564,7 @@ def _split_factor(blocks: int, n: int, stages: int, arch: str, direct: bool = Fa
 
 
 def split_k_cluster(func: tirx.PrimFunc, arch: str, accs: list[Any], direct: bool = False,
-                    prefetch_vars: list[Any] | None = None) -> tirx.PrimFunc:
+                    prefetch_vars: list[Any] | None = None, est_regs: int = 0) -> tirx.PrimFunc:
     """Split the fused K loop over a cluster of blocks when the grid leaves most SMs idle (see the module doc)."""
     grid, threads = launch_info(func)
     if grid[2] != 1 or len(accs) != 1:
@@ -573,7 +596,7 @@ def split_k_cluster(func: tirx.PrimFunc, arch: str, accs: list[Any], direct: boo
     stages = int(loop.annotations[STAGES_ATTR])
     if n is None:
         return func
-    S = _split_factor(grid[0] * grid[1], n, stages, arch, direct)
+    S = _split_factor(grid[0] * grid[1], n, stages, arch, direct, est_regs, thread_count(func))
     if S == 1:
         return func
     bz = tvm.ir.Var("bz_split", "int32")
