@@ -129,6 +129,27 @@ def extern(name: str, *args: Any, dtype: str = "int32") -> Any:
     return tirx.Evaluate(tirx.call_extern(dtype, name, *args))
 
 
+def extern_name(call: Any) -> str | None:
+    """The device function a ``call_extern`` names (its first argument), else None."""
+    if call.args and isinstance(call.args[0], tvm.ir.StringImm):
+        return str(call.args[0].value)
+    return None
+
+
+def calls_extern(node: Any, name: str, exact: bool = False) -> bool:
+    """``node`` calls a device function named ``name`` (``exact``) or whose name starts with it."""
+    hit: list[Any] = []
+
+    def rec(c: Any) -> Any:
+        n = extern_name(c)
+        if n is not None and (n == name or (not exact and n.startswith(name))):
+            hit.append(c)
+        return c
+
+    tvm_ffi.structural_map(node, [(tvm.ir.Call, rec)])
+    return bool(hit)
+
+
 def parallel_nest(s: Any, attr: str) -> tuple[list[Any], list[Any], Any]:
     """Loop vars, extents and body of a ``T.Parallel`` nest starting at ``s``."""
     vs, exts = [s.loop_var], [s.extent]

@@ -34,12 +34,12 @@ tiles in flight (1).
 
 **Per-channel scales scale the accumulators.** When the scale does not depend on k (one per output channel) and
 the weights come straight from global memory, the mma consumes ``q - z`` (exact in fp16) and each call multiplies
-its fp32 partial sums by the channel's scale once — four ``hmul2`` per 32-bit word fewer, ~1.5 µs of ~21 at
-16×8192×8192 on the H200 (Marlin applies per-channel scales the same way). The result is the exact product
-``sum_k a_k (q_k - z) s`` rounded in fp32, where the program's order rounds every weight ``(q - z) s`` to fp16
-first: the two differ by that rounding (~2^-12 relative per term), and the fused result is the closer of the two to
-the exact answer. ``TILELANG_CORE_CUDA_DQ4_LATE_SCALE=0`` keeps the program's per-weight rounding (bit-identical
-weights). Decision and measurements: docs/design.md, docs/cuda.md.
+its fp32 partial sums by the channel's scale once — four ``hmul2`` per 32-bit word fewer, 21.2–21.6 → 19.5–19.8 µs
+at 16×8192×8192 (16×128×512 tiles) on the H200 (Marlin applies per-channel scales the same way). The result is
+the exact product ``sum_k a_k (q_k - z) s`` rounded in fp32, where the program's order rounds every weight
+``(q - z) s`` to fp16 first: the two differ by that rounding (~2^-12 relative per term), and the fused result is the
+closer of the two to the exact answer. ``TILELANG_CORE_CUDA_DQ4_LATE_SCALE=0`` keeps the program's per-weight
+rounding (bit-identical weights). Decision and measurements: docs/design.md, docs/cuda.md.
 
 **Split-K.** At decode sizes the grid is small (N / block_N blocks) and every block re-reads the whole A through L2
 and shared memory, so wide N tiles are cheaper — but they leave SMs idle. When the fused loop is long and the grid
@@ -75,7 +75,9 @@ from ..language._ir import Region, dtype_of
 from ..language.loops import PARALLEL_ATTR, STAGES_ATTR
 from ._cuda_common import (
     ATTR_LAUNCH,
+    calls_extern,
     extern,
+    extern_name,
     find_thread_var,
     is_fragment,
     is_shared,
@@ -579,7 +581,7 @@ def split_k_cluster(func: tirx.PrimFunc, arch: str, accs: list[Any], direct: boo
     stmts = list(tloop.body.seq) if isinstance(tloop.body, tirx.SeqStmt) else [tloop.body]
     idx = None
     for i, st in enumerate(stmts):
-        if isinstance(st, tirx.For) and STAGES_ATTR in st.annotations and _calls(st, "tl::gemm_dq4"):
+        if isinstance(st, tirx.For) and STAGES_ATTR in st.annotations and calls_extern(st, "tl::gemm_dq4"):
             idx = i
     if idx is None or idx + 1 >= len(stmts):
         return func
@@ -641,8 +643,7 @@ def _rebound_dq4g(body: Any, k: Any, lo: Any, hi: Any) -> Any:
     loop's start, the iterations after this one) recomputed for the loop bounds ``[lo, hi)`` of k (the register
     ring must follow the split loop; ``_rebound_prefetch`` moves the loads hoisted before it)."""
     def fix(c: Any) -> Any:
-        if not (c.args and isinstance(c.args[0], tvm.ir.StringImm) and str(c.args[0].value).startswith(
-                "tl::gemm_dq4g<")):
+        if not (extern_name(c) or "").startswith("tl::gemm_dq4g<"):
             return c
         args = list(c.args)
         args[-2], args[-1] = k - lo, hi - 1 - k
@@ -658,25 +659,11 @@ def _rebound_prefetch(body: Any, k0s: list[Any], lo: Any, n: Any) -> Any:
         return tirx.LetStmt(st.var, lo) if any(st.var.same_as(v) for v in k0s) else st
 
     def call(c: Any) -> Any:
-        if c.args and isinstance(c.args[0], tvm.ir.StringImm) and str(c.args[0].value).startswith(
-                "tl::gemm_dq4g_prefetch<"):
+        if (extern_name(c) or "").startswith("tl::gemm_dq4g_prefetch<"):
             return tirx.call_extern(dtype_of(c) or "int32", *list(c.args)[:-1], tirx.IntImm("int32", int(n)))
         return c
 
     return tvm_ffi.structural_map(body, [(tirx.LetStmt, let), (tvm.ir.Call, call)])
-
-
-def _calls(node: Any, prefix: str) -> bool:
-    """``node`` calls an extern function whose name starts with ``prefix``."""
-    hit: list[Any] = []
-
-    def rec(c: Any) -> Any:
-        if c.args and isinstance(c.args[0], tvm.ir.StringImm) and str(c.args[0].value).startswith(prefix):
-            hit.append(c)
-        return c
-
-    tvm_ffi.structural_map(node, [(tvm.ir.Call, rec)])
-    return bool(hit)
 
 
 def _touches(node: Any, buf: Any) -> bool:

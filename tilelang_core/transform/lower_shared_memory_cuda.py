@@ -24,7 +24,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..errors import TileLangCompileError
-from ._cuda_common import ATTR_SMEM, extern, is_shared, is_sync, swizzles_of, sync_stmt
+from ._cuda_common import ATTR_SMEM, calls_extern, extern, is_shared, is_sync, swizzles_of, sync_stmt
 from ._cuda_layouts import dtype_bytes, swizzle_expr
 
 ALIGN = 128
@@ -194,8 +194,7 @@ def _plan_reuse(body: Any, shared: list[Any],
                 sizes: list[int]) -> tuple[list[int], set[tuple[int, int, bool]]] | None:
     """First-fit offsets over lifetimes (see the module doc) and the barriers they need: (after statement i, before
     statement j, whether cp.async copies into the old tile must be drained first) over the block body's top-level
-    statements. None when there is no block body to scan or
-    reuse would save nothing."""
+    statements. None when there is no block body to scan or reuse would save nothing."""
     blk = _block_body(body)
     if blk is None:
         return None
@@ -211,10 +210,10 @@ def _plan_reuse(body: Any, shared: list[Any],
             continue
         if isinstance(st, tirx.AllocBuffer):
             continue
-        if _calls_named(st, "tl::cp_async_wait<0>", exact=True):
+        if calls_extern(st, "tl::cp_async_wait<0>", exact=True):
             drains.append(n)
         touched = _touched(st, shared)
-        if _calls_named(st, "tl::cp_async_16"):
+        if calls_extern(st, "tl::cp_async_16"):
             async_into |= touched
         for i in touched:
             first.setdefault(i, n)
@@ -244,21 +243,6 @@ def _plan_reuse(body: Any, shared: list[Any],
                 elif not any(a < n < b for n in syncs):
                     barriers.add((a, b, False))
     return offsets, barriers
-
-
-def _calls_named(s: Any, name: str, exact: bool = False) -> bool:
-    """``s`` calls an extern function named ``name`` (or starting with it)."""
-    hit: list[Any] = []
-
-    def rec(c: Any) -> Any:
-        if c.args and isinstance(c.args[0], tvm.ir.StringImm):
-            n = str(c.args[0].value)
-            if n == name or (not exact and n.startswith(name)):
-                hit.append(c)
-        return c
-
-    tvm_ffi.structural_map(s, [(tvm.ir.Call, rec)])
-    return bool(hit)
 
 
 def _insert_barriers(body: Any, barriers: set[tuple[int, int, bool]]) -> Any:
