@@ -31,6 +31,7 @@ class JITKernel:
         self.factory: Any = None  # the @jit factory (JITFactory) that built it, when it came through one
         self._trace: Trace | None = None
         self._trace_lock = threading.Lock()
+        self._derived_sources: dict[str, str] = {}  # CUDA PTX / SASS, made on first request
 
     # -- calling -------------------------------------------------------------------------------------------
     def __call__(self, *args: Any) -> Any:
@@ -54,13 +55,44 @@ class JITKernel:
         return dict(self.artifact.target)
 
     # -- code ----------------------------------------------------------------------------------------------
-    def get_kernel_source(self, kind: str = "llvm") -> str:
-        """Generated code: ``"llvm"`` (LLVM IR) or ``"asm"`` on CPU; ``"tir"`` for the lowered TIR."""
-        return self.artifact.source(kind)
+    def get_kernel_source(self, kind: str | None = None) -> str:
+        """Generated code. CPU: ``"llvm"`` (LLVM IR, the default) or ``"asm"``; CUDA: ``"cuda"`` (CUDA C, the
+        default, as in TileLang), ``"ptx"`` (made on first request with the build's compiler and flags) or
+        ``"sass"`` (needs ``cuobjdump`` or ``nvdisasm``); any target: ``"tir"``, the lowered TIR."""
+        kind = self._source_kind(kind)
+        if kind in self.artifact.sources:
+            return self.artifact.source(kind)
+        with self._trace_lock:
+            if kind not in self._derived_sources and self.artifact.target.get("kind") == "cuda":
+                text = _derived_cuda_source(self.artifact, kind)
+                if text is not None:
+                    self._derived_sources[kind] = text
+        if kind in self._derived_sources:
+            return self._derived_sources[kind]
+        return self.artifact.source(kind)  # raises KeyError naming the kinds this artifact has
+
+    def _source_kind(self, kind: str | None) -> str:
+        cuda = self.artifact.target.get("kind") == "cuda"
+        if kind is None:
+            return "cuda" if cuda else "llvm"
+        if not isinstance(kind, str):
+            raise TypeError(f"get_kernel_source: kind must be a str, got {type(kind).__name__}")
+        return {"cu": "cuda", "c": "cuda", "source": "cuda"}.get(kind, kind) if cuda else kind
 
     @property
     def source_kinds(self) -> list[str]:
-        return sorted(self.artifact.sources)
+        """The kinds :meth:`get_kernel_source` can return for this kernel (on CUDA, ``ptx`` where nvcc or NVRTC
+        is there and ``sass`` where a disassembler is)."""
+        kinds = set(self.artifact.sources) | set(self._derived_sources)
+        if self.artifact.target.get("kind") == "cuda":
+            from ..backend.cuda.nvcc import find_nvcc, nvrtc_available
+            from ..trace.model import find_disassembler
+
+            if "cuda" in kinds and (find_nvcc() is not None or nvrtc_available()):
+                kinds.add("ptx")
+            if find_disassembler() is not None and self.artifact.library_path.is_file():
+                kinds.add("sass")
+        return sorted(kinds)
 
     @property
     def sources(self) -> dict[str, GeneratedCode]:
@@ -108,3 +140,21 @@ class JITKernel:
         tgt = self.artifact.target
         tdesc = f"{tgt.get('kind')} ({tgt.get('mcpu', tgt.get('arch', ''))})"
         return (f"<JITKernel {self.name}({cfg}) target={tdesc} inputs=[{ins}] outputs=[{outs}] {how}>")
+
+
+def _derived_cuda_source(artifact: Artifact, kind: str) -> str | None:
+    """PTX (recompiled from the stored CUDA C with the build's compiler) or SASS (disassembled from the cubin) of a
+    CUDA artifact; None for other kinds or when the tool is missing."""
+    if kind == "ptx" and "cuda" in artifact.sources:
+        from ..backend.cuda.nvcc import compile_ptx
+
+        meta = artifact.extra.get("cuda") or {}
+        compiler = "nvrtc" if (meta.get("nvcc_command") or [""])[0] == "nvrtc" else "auto"
+        text, _ = compile_ptx(artifact.path / artifact.sources["cuda"], str(meta.get("arch", "sm_90")), compiler)
+        return text
+    if kind == "sass":
+        from ..trace import sources_of
+
+        code = sources_of(artifact).get("sass")
+        return code.text if code is not None else None
+    return None

@@ -259,18 +259,43 @@ def cuda_command(target: dict[str, Any], extra: dict[str, Any]) -> str:
             f"compile: {cmd_text or '(not compiled: no nvcc or NVRTC)'}")
 
 
-def _sass(artifact: Any) -> GeneratedCode | None:
-    """SASS of a cubin artifact through ``cuobjdump -sass`` (None when cuobjdump or the cubin is missing)."""
+def find_disassembler() -> list[str] | None:
+    """The command that prints a cubin's SASS: ``cuobjdump -sass`` or ``nvdisasm``, from PATH, the CUDA toolkit
+    (``$CUDA_HOME``, ``/usr/local/cuda``) or pip's ``nvidia-cuda-cuobjdump`` wheel; None when there is none."""
+    import os
     import shutil
+    from pathlib import Path
+
+    dirs = [os.path.join(b, "bin") for b in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
+                                             "/usr/local/cuda") if b]
+    try:
+        import nvidia  # type: ignore[import-not-found]
+
+        dirs += [str(p) for root in getattr(nvidia, "__path__", []) for p in sorted(Path(root).glob("*/bin"))]
+    except ImportError:
+        pass
+    for tool, args in (("cuobjdump", ["-sass"]), ("nvdisasm", [])):
+        found = shutil.which(tool) or next((os.path.join(d, tool) for d in dirs
+                                            if os.access(os.path.join(d, tool), os.X_OK)), None)
+        if found:
+            return [found, *args]
+    return None
+
+
+def _sass(artifact: Any) -> GeneratedCode | None:
+    """SASS of a cubin artifact (None when no disassembler or no cubin is there)."""
     import subprocess
 
     cubin = artifact.library_path
-    tool = shutil.which("cuobjdump")
+    tool = find_disassembler()
     if tool is None or not str(cubin).endswith(".cubin") or not cubin.is_file():
         return None
-    cmd = [tool, "-sass", str(cubin)]
-    try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    import os
+
+    cmd = [*tool, str(cubin)]
+    env = {**os.environ, "PATH": os.path.dirname(tool[0]) + os.pathsep + os.environ.get("PATH", "")}
+    try:  # cuobjdump runs nvdisasm, which pip's wheels put beside it
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
     except (OSError, subprocess.SubprocessError):
         return None
     if res.returncode != 0:

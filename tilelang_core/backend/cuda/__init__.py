@@ -46,8 +46,9 @@ class CudaBuild:
 
 
 def build(mod: Any, out_dir: Path, arch: str = DEFAULT_ARCH, instruments: list[Any] | None = None,
-          compile: bool = True) -> CudaBuild:  # noqa: A002
-    """CUDA C for ``mod`` into ``out_dir/kernel.cu`` and (``compile=True``) a cubin ``out_dir/kernel.cubin``."""
+          compile: bool = True, compiler: str = "auto") -> CudaBuild:  # noqa: A002
+    """CUDA C for ``mod`` into ``out_dir/kernel.cu`` and (``compile=True``) a cubin ``out_dir/kernel.cubin``, by
+    ``compiler`` (``"auto"``: nvcc when found, else NVRTC)."""
     out_dir = Path(out_dir)
     src: CudaSource = generate(mod, arch, instruments)
     cu = out_dir / "kernel.cu"
@@ -57,7 +58,7 @@ def build(mod: Any, out_dir: Path, arch: str = DEFAULT_ARCH, instruments: list[A
     msgs = ""
     t0 = time.perf_counter()
     if compile:
-        cmd, msgs = compile_cubin(cu, cubin, arch)
+        cmd, msgs = compile_cubin(cu, cubin, arch, compiler)
     timings = dict(src.timings)
     timings["nvcc"] = time.perf_counter() - t0
     return CudaBuild(cubin=cubin, source_file=cu, kernel=src.kernel, arg_names=src.arg_names, grid=src.grid,

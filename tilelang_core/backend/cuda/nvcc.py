@@ -39,11 +39,67 @@ def nvcc_command(source: Path, output: Path, arch: str, nvcc: str | None = None)
             "-Xptxas=-v", "-diag-suppress=177", f"-I{INCLUDE_DIR}", "-o", str(output), str(source)]
 
 
-def compile_cubin(source: Path, output: Path, arch: str) -> tuple[list[str], str]:
+COMPILERS = ("auto", "nvcc", "nvrtc")
+
+
+def cuda_include_dirs() -> list[str]:
+    """CUDA's own header folders for NVRTC (nvcc knows them): ``include``, its ``cccl`` (``cuda/std`` since CUDA
+    13) and the per-architecture ``targets/<triple>/include``, under ``$CUDA_HOME``, ``$CUDA_PATH`` or
+    ``/usr/local/cuda``, and the headers of pip's ``nvidia-cuda-*`` wheels."""
+    import platform
+
+    bases = [b for b in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda") if b]
+    nvcc = find_nvcc()
+    if nvcc:
+        bases.append(str(Path(os.path.realpath(nvcc)).parent.parent))
+    triple = f"{platform.machine()}-{platform.system().lower()}"
+    found: list[str] = []
+    for base in bases:
+        for inc in (Path(base) / "include", Path(base) / "targets" / triple / "include"):
+            for d in (inc, inc / "cccl"):
+                if d.is_dir() and str(d) not in found:
+                    found.append(str(d))
+    try:  # pip wheels: nvidia/cu13/include (cuda-toolkit), nvidia/cuda_nvrtc/include, ...
+        import nvidia  # type: ignore[import-not-found]
+
+        for root in getattr(nvidia, "__path__", []):
+            for d in sorted(Path(root).glob("*/include")) + sorted(Path(root).glob("*/include/cccl")):
+                if str(d) not in found:
+                    found.append(str(d))
+    except ImportError:
+        pass
+    return found
+
+
+@functools.lru_cache(maxsize=1)
+def nvrtc_available() -> bool:
+    """Whether NVRTC can be used: the CUDA Python bindings import and find the NVRTC library."""
+    try:
+        from cuda.bindings import nvrtc
+
+        err, _major, _minor = nvrtc.nvrtcVersion()
+        return err == nvrtc.nvrtcResult.NVRTC_SUCCESS
+    except Exception:  # noqa: BLE001 - ImportError, or the library missing (RuntimeError from the bindings)
+        return False
+
+
+def resolve_compiler(compiler: str = "auto") -> str:
+    """``"nvcc"`` or ``"nvrtc"``: ``"auto"`` takes nvcc when it is found, else NVRTC (the CUDA Python bindings)."""
+    if compiler not in COMPILERS:
+        raise ValueError(f"compiler: expected one of {', '.join(COMPILERS)}, got {compiler!r}")
+    if compiler == "auto":
+        return "nvcc" if find_nvcc() is not None else "nvrtc"
+    return compiler
+
+
+def compile_cubin(source: Path, output: Path, arch: str, compiler: str = "auto") -> tuple[list[str], str]:
     """Compile ``source`` to ``output``; returns (command, compiler messages: ptxas resource usage)."""
+    if resolve_compiler(compiler) == "nvrtc":
+        return _compile_nvrtc(source, output, arch)
     nvcc = find_nvcc()
     if nvcc is None:
-        return _compile_nvrtc(source, output, arch)
+        raise TileLangCompileError("compiler='nvcc': nvcc is not on PATH (set TILELANG_CORE_NVCC or CUDA_HOME)",
+                                   stage="nvcc")
     cmd = nvcc_command(source, output, arch, nvcc)
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
@@ -52,35 +108,76 @@ def compile_cubin(source: Path, output: Path, arch: str) -> tuple[list[str], str
     return cmd, res.stderr
 
 
-def _compile_nvrtc(source: Path, output: Path, arch: str) -> tuple[list[str], str]:
+def compile_ptx(source: Path, arch: str, compiler: str = "auto") -> tuple[str, list[str]]:
+    """The PTX of ``source`` for ``arch`` (same flags as the cubin build); returns (text, command)."""
+    import tempfile
+
+    if resolve_compiler(compiler) == "nvrtc":
+        return _nvrtc_ptx(source, arch)
+    with tempfile.TemporaryDirectory(prefix="tilelang_core_ptx_") as tmp:
+        out = Path(tmp) / "kernel.ptx"
+        cmd = [c for c in nvcc_command(source, out, arch) if c not in ("-cubin", "-Xptxas=-v")]
+        cmd.insert(1, "-ptx")
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise TileLangCompileError(f"nvcc -ptx failed ({source}):\n{' '.join(cmd)}\n{res.stderr[-6000:]}",
+                                       stage="nvcc")
+        return out.read_text(), cmd
+
+
+def _nvrtc_options(arch: str) -> list[str]:
+    code = arch.replace("sm_", "")
+    return [f"--gpu-architecture=sm_{code}", "-std=c++17", "--ptxas-options=-v", "-diag-suppress=177",
+            f"-I{INCLUDE_DIR}", "-default-device",
+            *(f"-I{d}" for d in cuda_include_dirs())]
+
+
+def _nvrtc_program(source: Path, opts: list[str]) -> tuple[object, str]:
+    """A compiled NVRTC program for ``source`` and its log (raises with the log when compilation fails)."""
     try:
         from cuda.bindings import nvrtc
     except ImportError:
         raise TileLangCompileError("no CUDA compiler: nvcc is not on PATH (set TILELANG_CORE_NVCC) and the NVRTC "
-                                   "Python bindings (pip install cuda-python) are not installed",
-                                   stage="nvcc") from None
-    code = arch.replace("sm_", "")
-    opts = [f"--gpu-architecture=sm_{code}", "-std=c++17", f"-I{INCLUDE_DIR}", "-default-device"]
-    cuda_home = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
-    if os.path.isdir(os.path.join(cuda_home, "include")):
-        opts.append(f"-I{os.path.join(cuda_home, 'include')}")
-    text = source.read_bytes()
-    err, prog = nvrtc.nvrtcCreateProgram(text, source.name.encode(), 0, [], [])
+                                   "Python bindings (pip install cuda-bindings nvidia-cuda-nvrtc) are not "
+                                   "installed", stage="nvcc") from None
+    err, prog = nvrtc.nvrtcCreateProgram(source.read_bytes(), source.name.encode(), 0, [], [])
     _check_nvrtc(err, "nvrtcCreateProgram")
     err, = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
-    err_log, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    _, size = nvrtc.nvrtcGetProgramLogSize(prog)
     log = b" " * size
     nvrtc.nvrtcGetProgramLog(prog, log)
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         raise TileLangCompileError(f"NVRTC failed to compile the generated CUDA code ({source}):\n"
                                    f"{log.decode(errors='replace')[-6000:]}", stage="nvcc")
+    return prog, log.decode(errors="replace").rstrip("\x00 ")
+
+
+def _compile_nvrtc(source: Path, output: Path, arch: str) -> tuple[list[str], str]:
+    from cuda.bindings import nvrtc
+
+    opts = _nvrtc_options(arch)
+    prog, log = _nvrtc_program(source, opts)
     err, size = nvrtc.nvrtcGetCUBINSize(prog)
     _check_nvrtc(err, "nvrtcGetCUBINSize")
     cubin = b" " * size
     (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
     _check_nvrtc(err, "nvrtcGetCUBIN")
     output.write_bytes(cubin)
-    return ["nvrtc", *opts, str(source)], log.decode(errors="replace")
+    return ["nvrtc", *opts, str(source)], log
+
+
+def _nvrtc_ptx(source: Path, arch: str) -> tuple[str, list[str]]:
+    from cuda.bindings import nvrtc
+
+    opts = _nvrtc_options(arch)
+    opts[0] = opts[0].replace("sm_", "compute_")  # PTX is for a virtual architecture
+    prog, _ = _nvrtc_program(source, opts)
+    err, size = nvrtc.nvrtcGetPTXSize(prog)
+    _check_nvrtc(err, "nvrtcGetPTXSize")
+    ptx = b" " * size
+    (err,) = nvrtc.nvrtcGetPTX(prog, ptx)
+    _check_nvrtc(err, "nvrtcGetPTX")
+    return ptx.decode(errors="replace").rstrip("\x00"), ["nvrtc", *opts, str(source)]
 
 
 def _check_nvrtc(err: object, what: str) -> None:
