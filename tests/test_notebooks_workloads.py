@@ -13,25 +13,29 @@ nbclient = pytest.importorskip("nbclient", reason="needs the notebook extras: pi
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
-# The parameters cell (cell 1) of each notebook, replaced as papermill would: small shapes for CI, still ragged.
+# The parameters cell (cell 1) of each notebook, replaced as papermill would: small shapes for CI, still ragged;
+# target "auto" resolves to the CPU here (bench/gpu/notebooks.py runs them on the GPU host).
 CASES = {
     "03_flash_attention.ipynb": (
         "batch, heads, seq_len, dim = 1, 2, 200, 64\n"
         "bench_batch, bench_heads, bench_seq = 1, 2, 128\n"
-        "bench_dims = (64,)",
+        "bench_dims = (64,)\n"
+        'target = "auto"',
         ["flash_attn: cpu (", "PASS", "causal=True  dim=128: max abs error vs SDPA", "loop_range: T.int32 = T.min(",
          "best tile per row", "d=64 causal"],
     ),
     "04_dequant_gemm.ipynb": (
         "M, N, K, group_size = 4, 256, 512, 128\n"
         "bench_N, bench_K = 512, 512\n"
-        "bench_Ms = (1, 4)",
+        "bench_Ms = (1, 4)\n"
+        'target = "auto"',
         ["w4a16: cpu (", "PASS", "group_size=  -1:", "group_size= 128:", ">> 4 * j_i", "int4 GB/s"],
     ),
     "05_memory_bound.ipynb": (
         "gemv_N, gemv_K = 512, 1000\n"
         "rows, cols = 64, 1000\n"
-        "copy_mib = 16",
+        "copy_mib = 16\n"
+        'target = "auto"',
         ["copy bandwidth:", "gemv: cpu (", "softmax: cpu (", "rms_norm: cpu (", "of copy bw"],
     ),
 }

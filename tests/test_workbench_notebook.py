@@ -43,7 +43,7 @@ def test_committed_notebook_has_no_outputs_or_widget_state(path):
 
 def test_workbench_notebook_runs_headless(tmp_path):
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    nb.cells[1].source = "size = 256"  # what papermill does with the parameters cell: smaller and faster
+    nb.cells[1].source = 'size = 256\ntarget = "auto"'  # what papermill does with the parameters cell: smaller
     executed = run(nb, tmp_path)
     text = "\n".join(outputs_text(c) for c in executed.cells if c.cell_type == "code")
     assert "matmul_relu: cpu (" in text and "PASS" in text  # the summary's text/plain
@@ -59,7 +59,8 @@ def test_workbench_notebook_runs_headless(tmp_path):
 
 def test_tuning_notebook_runs_headless(tmp_path):
     nb = nbformat.read(TUNING, as_version=4)
-    nb.cells[1].source = 'size = 256\nrows, cols = 512, 256\nsweep_grid = "block_M=64,128 block_N=64,128"'
+    nb.cells[1].source = ('size = 256\nrows, cols = 512, 256\nsweep_grid = "block_M=64,128 block_N=64,128"\n'
+                          'target = "auto"')
     executed = run(nb, tmp_path)
     text = "\n".join(outputs_text(c) for c in executed.cells if c.cell_type == "code")
     assert "tuning panel for matmul_relu" in text and "tuning panel for softmax" in text

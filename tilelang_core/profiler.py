@@ -103,6 +103,16 @@ def bench_cuda(fn: Callable[[], Any], warmup: float = 25.0, rep: float = 100.0, 
     return BenchResult([a.elapsed_time(b) for a, b in events])
 
 
+def timer_for(device: str) -> Callable[..., BenchResult]:
+    """The timer for work on ``device``: :func:`bench_cuda` (CUDA events) for ``"cuda"``, else :func:`bench`.
+
+    Why: a CUDA launch returns before the GPU has run it, so a wall clock around it measures the launch, not the
+    kernel; CUDA events recorded on the stream measure the kernel. Accepts a backend name (``"cuda"``/``"cpu"``,
+    e.g. ``tilelang_core.target.resolve_target(target)``) or a torch device string (``"cuda:0"``).
+    """
+    return bench_cuda if str(device).split(":")[0] == "cuda" else bench
+
+
 class Profiler:
     """Checks and times one compiled kernel (``kernel.get_profiler()``)."""
 
@@ -114,6 +124,11 @@ class Profiler:
         self._inputs: list[Any] | None = None
         target = getattr(kernel, "target", None) or {}
         self.device = "cuda" if target.get("kind") == "cuda" else "cpu"  # where inputs live and how to time
+
+    @property
+    def timer(self) -> Callable[..., BenchResult]:
+        """How :meth:`do_bench` times: CUDA events for a CUDA kernel, the wall clock on the CPU."""
+        return timer_for(self.device)
 
     def _gen(self) -> Any:
         import torch
@@ -183,5 +198,4 @@ class Profiler:
         """Median latency (ms) of the kernel, or of ``func`` on the same inputs (e.g. a torch reference)."""
         ins = inputs if inputs is not None else self.inputs()
         f = func if func is not None else self.kernel
-        timer = bench_cuda if self.device == "cuda" else bench
-        return timer(lambda: f(*ins), warmup=warmup, rep=rep)
+        return self.timer(lambda: f(*ins), warmup=warmup, rep=rep)

@@ -187,13 +187,20 @@ class Explorer:
         """The roofline if it was measured already (never measures: safe on the main thread)."""
         return self._ceilings or None
 
+    @property
+    def dtypes(self) -> list[str]:
+        """The kernel's parameter dtypes (they pick the compute ceiling: tensor cores for fp16/bf16)."""
+        return [p.dtype for p in self.wk.params]
+
     def ceilings(self) -> Any:
-        """This machine's roofline (measured once per machine, then cached on disk); None when unavailable."""
+        """The roofline of the device the kernel runs on — the CPU, or the GPU for a CUDA kernel (measured there
+        with CUDA events) — measured once per device, then cached on disk, with the compute ceiling for the
+        kernel's dtypes; None when unavailable."""
         if self._ceilings is None:
             from tilelang_core.machine import ceilings
 
             try:
-                self._ceilings = ceilings(self.target_kind)
+                self._ceilings = ceilings(self.target_kind).for_dtypes(self.dtypes)
             except Exception:  # noqa: BLE001 - e.g. a CUDA kernel on a machine without a GPU: no roofline
                 self._ceilings = False
         return self._ceilings or None

@@ -76,17 +76,39 @@ def _command_text(command: Any) -> str:
     return str(command or "")
 
 
+# labels of the kinds that ``kernel.sources`` does not label itself (read through ``kernel.get_kernel_source``)
+EXTRA_LABELS = {"tir": "lowered TIR (the input of TVM's codegen)", "llvm": "LLVM IR", "asm": "assembly",
+                "cuda": "CUDA C", "ptx": "PTX", "sass": "SASS"}
+
+
+def source_kinds(kernel: Any) -> list[str]:
+    """Every kind of generated code the kernel offers: those ``kernel.sources`` labels first, in its order, then
+    any other in ``kernel.source_kinds`` (on a CUDA kernel: ``cuda``, then e.g. ``ptx``, ``sass``, ``tir``), so
+    a kind the core starts storing appears in the views without a change here."""
+    sources = getattr(kernel, "sources", None) or {}
+    kinds = list(sources)
+    for k in getattr(kernel, "source_kinds", None) or ():
+        if k not in kinds:
+            kinds.append(k)
+    return kinds
+
+
 def generated_code(kernel: Any) -> list[CodeInfo]:
-    """The kernel's generated code (CPU: LLVM IR, assembly; CUDA: CUDA C, PTX, SASS), labelled."""
-    sources = getattr(kernel, "sources", None)
-    if sources is not None:
-        return [CodeInfo(c.kind, c.label, c.text, _command_text(c.command)) for c in sources.values()]
+    """The kernel's generated code (CPU: LLVM IR, assembly; CUDA: CUDA C, PTX, SASS, lowered TIR), labelled,
+    each with its compiler command where the core recorded one."""
+    sources = getattr(kernel, "sources", None) or {}
+    kinds = source_kinds(kernel) or ["llvm", "asm"]
     out = []
-    for kind, label in (("llvm", "LLVM IR"), ("asm", "assembly")):
-        try:
-            out.append(CodeInfo(kind, label, kernel.get_kernel_source(kind), ""))
-        except KeyError:
+    for kind in kinds:
+        c = sources.get(kind)
+        if c is not None:
+            out.append(CodeInfo(c.kind, c.label, c.text, _command_text(c.command)))
             continue
+        try:
+            text = kernel.get_kernel_source(kind)
+        except Exception:  # noqa: BLE001 - listed but unreadable (a file missing, a tool absent): leave it out
+            continue
+        out.append(CodeInfo(kind, EXTRA_LABELS.get(kind, kind), text, ""))
     return out
 
 

@@ -77,7 +77,8 @@ class WorkbenchKernel:
 
     @property
     def sources(self) -> dict[str, Any]:
-        """Generated code by kind (``"llvm"``, ``"asm"`` on the CPU), each with its compiler command."""
+        """Generated code by kind (``"llvm"``, ``"asm"`` on the CPU; ``"cuda"``, and ``"ptx"``/``"sass"`` where stored,
+        on CUDA), each with its compiler command; ``kernel.source_kinds`` lists every kind, the lowered TIR too."""
         return self.kernel.sources
 
     @property

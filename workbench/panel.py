@@ -321,8 +321,10 @@ class TuningPanel:
     # -- display ---------------------------------------------------------------------------------------------
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         from .display import widget_bundle
+        from .status import target_part
 
-        return widget_bundle(self.widget, f"<tuning panel for {self.wk.name}: {', '.join(self.names)}>")
+        target = target_part(self.wk.target).text  # "cuda (sm_90)", "cpu (skylake)": a log says where it ran
+        return widget_bundle(self.widget, f"<tuning panel for {self.wk.name} on {target}: {', '.join(self.names)}>")
 
     def __repr__(self) -> str:
         return f"<TuningPanel {self.wk.name}: {len(self.explorer.results)} configuration(s) measured>"
