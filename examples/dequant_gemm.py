@@ -25,7 +25,11 @@ import torch
 
 import tilelang_core as tilelang
 import tilelang_core.language as T
-from tilelang_core.profiler import bench
+from tilelang_core.profiler import bench, bench_cuda
+from tilelang_core.target import resolve_target
+
+# where main() runs: the GPU when one is visible (target="auto" compiles for it), else the CPU
+DEVICE = resolve_target("auto")
 
 
 @tilelang.jit(out_idx=[-1])
@@ -97,16 +101,19 @@ def main() -> None:
         kernel = dequant_gemm(M, N, K, group_size)
         A = torch.randn(M, K)
         B, Scale = random_packed(N, K, group_size)
-        torch.testing.assert_close(kernel(A, B, Scale), reference(A, B, Scale), rtol=1e-4, atol=1e-3)
+        out = kernel(A.to(DEVICE), B.to(DEVICE), Scale.to(DEVICE)).cpu()
+        torch.testing.assert_close(out, reference(A, B, Scale), rtol=1e-4, atol=1e-3)
         print(f"dequant_gemm M={M} N={N} K={K} group_size={group_size}: OK")
     M, N, K = 16, 4096, 4096
     kernel = dequant_gemm(M, N, K, 128)
     A = torch.randn(M, K)
     B, Scale = random_packed(N, K, 128)
     W = dequantize(B, Scale)
-    C = torch.empty(M, N)
-    ms = bench(lambda: kernel(A, B, Scale, C))
-    ref_ms = bench(lambda: torch.mm(A, W.T, out=C))
+    A, B, Scale, W = (t.to(DEVICE) for t in (A, B, Scale, W))
+    C = torch.empty(M, N, device=DEVICE)
+    timer = bench_cuda if DEVICE == "cuda" else bench  # CUDA events time the GPU, not the launch
+    ms = timer(lambda: kernel(A, B, Scale, C))
+    ref_ms = timer(lambda: torch.mm(A, W.T, out=C))
     print(f"dequant_gemm {M}x{N}x{K} (group 128): {ms:.3f} ms, {N * K / 2 / ms / 1e6:.1f} GB/s of int4 weights; "
           f"torch.mm on fp32 weights {ref_ms:.3f} ms, {N * K * 4 / ref_ms / 1e6:.1f} GB/s")
 

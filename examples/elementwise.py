@@ -14,6 +14,11 @@ import torch
 
 import tilelang_core as tilelang
 import tilelang_core.language as T
+from tilelang_core.target import resolve_target
+
+# where main() runs: the GPU when one is visible (target="auto" compiles for it), else the CPU
+DEVICE = resolve_target("auto")
+
 
 # Best on the 2-core AVX-512 dev machine for 4096x4096 fp32 (see BENCHMARKS.md): a few full rows per block.
 DEFAULT_BLOCKS = {"block_M": 8, "block_N": 4096}
@@ -59,7 +64,7 @@ def main() -> None:
             print(f"{factory.__name__} {M}x{N}: OK")
     k = add_direct(4096, 4096, **DEFAULT_BLOCKS)
     prof = k.get_profiler()
-    c = torch.empty(4096, 4096)  # preallocated output for both sides: time the math, not page faults
+    c = torch.empty(4096, 4096, device=DEVICE)  # preallocated output for both sides: time the math, not page faults
     ms = prof.do_bench(lambda a, b: k(a, b, c))
     ref_ms = prof.do_bench(lambda a, b: torch.add(a, b, out=c))
     gbytes = 3 * 4096 * 4096 * 4 / 1e9

@@ -15,6 +15,11 @@ import torch
 
 import tilelang_core as tilelang
 import tilelang_core.language as T
+from tilelang_core.target import resolve_target
+
+# where main() runs: the GPU when one is visible (target="auto" compiles for it), else the CPU
+DEVICE = resolve_target("auto")
+
 
 # Good on the 2-core AVX-512 dev machine for 8192x8192 fp32 (see BENCHMARKS.md).
 # An 8x64 accumulator is 32 vectors of 16 floats: small enough for LLVM to keep it in zmm registers.
@@ -50,7 +55,7 @@ def main() -> None:
         print(f"gemv {N}x{K}: OK")
     k = gemv(8192, 8192, **DEFAULT_BLOCKS)
     prof = k.get_profiler()
-    y = torch.empty(8192)
+    y = torch.empty(8192, device=DEVICE)
     ms = prof.do_bench(lambda a, x: k(a, x, y))
     ref_ms = prof.do_bench(lambda a, x: torch.mv(a, x, out=y))
     gbytes = 8192 * 8192 * 4 / 1e9

@@ -16,6 +16,11 @@ import torch
 
 import tilelang_core as tilelang
 import tilelang_core.language as T
+from tilelang_core.target import resolve_target
+
+# where main() runs: the GPU when one is visible (target="auto" compiles for it), else the CPU
+DEVICE = resolve_target("auto")
+
 
 EPS = 1e-6
 # Good on the 2-core AVX-512 dev machine (see BENCHMARKS.md).
@@ -53,7 +58,7 @@ def main() -> None:
         print(f"rms_norm {M}x{N}: OK")
     k = rms_norm(4096, 4096)
     prof = k.get_profiler()
-    y = torch.empty(4096, 4096)  # preallocated kernel output (torch's rms_norm has no out=)
+    y = torch.empty(4096, 4096, device=DEVICE)  # preallocated kernel output (torch's rms_norm has no out=)
     ms = prof.do_bench(lambda x, w: k(x, w, y))
     ref_ms = prof.do_bench(reference)
     gbytes = 2 * 4096 * 4096 * 4 / 1e9

@@ -34,8 +34,11 @@ GPU_HOST_CONDITION = textwrap.dedent('''
         raise RuntimeError("NVRTC compilation failed: error: name followed by '::' must be a class or namespace name")
 
     def cuda_module_factory(code, fmt, fmap, sources):
-        # what TVM's CUDA runtime does with fmt == "cuda": compile the source through the callback
-        tvm_ffi.get_global_func("tvm_callback_cuda_compile")(code, None)
+        # what TVM's CUDA runtime does with fmt == "cuda": compile the source through the callback, which must
+        # return the image as bytes (a str fails there: "Cannot convert from type `ffi.String` to `bytes`")
+        image = tvm_ffi.get_global_func("tvm_callback_cuda_compile")(code, None)
+        if not isinstance(image, (bytes, bytearray)):
+            raise TypeError(f"Cannot convert from type `{{type(image).__name__}}` to `bytes`")
         return tvm_ffi.get_global_func("runtime.SourceModuleCreate")("", "cu")
 
     tvm_ffi.register_global_func("tvm_callback_cuda_compile", tvm_nvrtc_stand_in, override=True)
@@ -103,13 +106,14 @@ def test_the_stand_in_reproduces_the_gpu_host_failure_without_the_override(tmp_p
 
 
 def test_override_is_scoped_and_restores_the_previous_callback():
+    import tvm  # noqa: F401 - registers TVM's own callback
     import tvm_ffi
 
     from tilelang_core.backend.cuda.source_only import CALLBACK, PLACEHOLDER, source_only
 
     before = tvm_ffi.get_global_func(CALLBACK, allow_missing=True)
     with source_only() as captured:
-        assert tvm_ffi.get_global_func(CALLBACK)(b"__global__ void k() {}", None) == PLACEHOLDER
+        assert bytes(tvm_ffi.get_global_func(CALLBACK)(b"__global__ void k() {}", None)) == PLACEHOLDER
     assert captured.sources == ["__global__ void k() {}"]
     after = tvm_ffi.get_global_func(CALLBACK, allow_missing=True)
     assert (before is None) == (after is None)

@@ -7,7 +7,7 @@ our ``tl::`` templates, which it cannot find without our include path. On a mach
 source only. We want the source in both cases, and to compile it ourselves (nvcc or NVRTC, our flags, recorded).
 
 While :func:`source_only` is active the callback is replaced by one that records the source and returns a
-placeholder "PTX" (a comment), which TVM wraps into a module we never load; on exit the previous callback is put
+placeholder "PTX" (a comment, as bytes: TVM's runtime takes the compiled image as bytes), which TVM wraps into a module we never load; on exit the previous callback is put
 back, so other users of TVM in the process keep theirs. A lock serialises the override: the global function
 table is process-wide.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CALLBACK = "tvm_callback_cuda_compile"
-PLACEHOLDER = "// tilelang_core compiles this source itself (nvcc or NVRTC); TVM's module is never loaded\n"
+PLACEHOLDER = b"// tilelang_core compiles this source itself (nvcc or NVRTC); TVM's module is never loaded\n"
 
 _lock = threading.Lock()
 
@@ -45,7 +45,7 @@ def source_only() -> Iterator[CapturedSource]:
 
     captured = CapturedSource()
 
-    def record(code: Any, *_target: Any) -> str:
+    def record(code: Any, *_target: Any) -> bytes:
         captured.sources.append(code.decode() if isinstance(code, (bytes, bytearray)) else str(code))
         return PLACEHOLDER
 
