@@ -1,7 +1,8 @@
 """The kernels the GPU check and benchmark run: which factory, which arguments, which torch reference.
 
-Why this module exists: ``bench/gpu/build.py`` compiles every entry here (on a machine with TVM and nvcc, no
-GPU needed) into ``.gpu_artifacts/``; ``bench/gpu/run.py`` runs them on the GPU, where there is no TVM. The
+Why this module exists: ``bench/gpu/run.py`` compiles every entry here through ``@jit`` on the GPU host (its
+default; ``bench/gpu/jit_build.py``) and checks and times it; ``bench/gpu/build.py`` instead compiles them into
+``.gpu_artifacts/`` on a machine with TVM and nvcc (no GPU needed) for ``run.py --artifacts``. The
 entries reuse the CPU issue's kernels unchanged — ``examples/`` and the factories of ``tests/`` — so "one program,
 every target" is what is checked. References are named (functions of ``bench/gpu/refs.py``, torch only) so the
 manifest is plain JSON.
@@ -309,6 +310,40 @@ def issue7_entries() -> list[Entry]:
     out.append(E("gemv_float16_ragged", "examples.gemv", "gemv", (1000, 1030), {"dtype": "float16"}, "gemv",
                  rtol=1e-2, atol=5e-2))
     return out
+
+
+# ``run.py --quick``: the headline kernels only, each shape with its fastest configurations of the H200 runs
+# (bench/gpu/logs/2026-11-29_h200_final_full-suite.txt) — a run that certainly fits one device call, table included
+QUICK = (
+    "launch_tiny",
+    # quickstart GEMM+ReLU fp16 (4096^3: 128x256 s4 was best, 128x128 s4 the runner-up; 8192^3: 128x256 s3, 128x128 s5)
+    "gemm_f16_4096x4096x4096_128x256x32s4t256", "gemm_f16_4096x4096x4096_128x128x32s4t128",
+    "gemm_f16_8192x8192x8192_128x256x32s3t256", "gemm_f16_8192x8192x8192_128x128x32s5t128",
+    # flash attention fp16 [batch, heads, seq, dim]
+    "fa_f16_8x16x4096x128_256x64s2t256", "fa_f16_8x16x4096x128_128x64s2t128",
+    "fa_f16_8x16x4096x128_causal_128x32s3t128", "fa_f16_8x16x4096x128_causal_128x128s2t256",
+    "fa_f16_8x32x2048x64_128x64s2t128", "fa_f16_8x32x2048x64_256x64s2t256",
+    # W4A16 decode 16x8192x8192, per-channel and group 128 (the three finalists of the last full run each)
+    "dq_f16_16x8192x8192_g-1_16x128x256s3t128", "dq_f16_16x8192x8192_g-1_16x128x512s2t128",
+    "dq_f16_16x8192x8192_g-1_16x128x512s4t128",
+    "dq_f16_16x8192x8192_g128_16x128x256s3t128", "dq_f16_16x8192x8192_g128_16x128x256s4t128",
+    "dq_f16_16x8192x8192_g128_16x128x128s4t128",
+    # GEMV 8192^2 fp32 and fp16
+    "gemv_float32_8192x8192_4x1024t256", "gemv_float32_8192x8192_2x1024t256",
+    "gemv_float16_8192x8192_1x2048t256", "gemv_float16_8192x8192_2x2048t256",
+    # memory-bound 8192^2 fp32
+    "add_f32_8192x8192_4x2048", "add_tiled_f32_8192x8192", "softmax_f32_8192x8192_t512", "rmsnorm_f32_8192x8192_t512",
+)
+
+
+def keep(name: str, only: list[str] | None = None, skip: list[str] | None = None, quick: bool = False) -> bool:
+    """Whether a run works on the entry ``name``: ``quick`` keeps :data:`QUICK` only; ``only`` / ``skip`` keep /
+    drop names containing any of the substrings (``run.py --quick/--only/--skip``, ``build.py --only``)."""
+    if quick and name not in QUICK:
+        return False
+    if only and not any(s in name for s in only):
+        return False
+    return not (skip and any(s in name for s in skip))
 
 
 def load_factory(entry: Entry) -> Any:

@@ -1,23 +1,32 @@
-"""GPU check and benchmark: run the prebuilt CUDA artifacts against torch (and Triton) on the GPU host.
+"""GPU check and benchmark: every kernel of ``bench/gpu/kernels.py`` compiled through ``@jit`` on the GPU host
+(or loaded from prebuilt artifacts), checked against torch and timed against torch (and Triton).
 
-Why this script exists: it is the one thing run on the H200 (no TVM there). It loads ``.gpu_artifacts/`` (built
-by ``bench/gpu/build.py``) through ``tilelang_core.runtime`` only, and
+Why this script exists: it is the one thing run on the H200. By default it obtains each kernel the way a user does
+— ``tilelang_core.jit(out_idx=..., target="cuda")(factory)(*args)``: lowering, codegen and nvcc (or NVRTC) in this
+session, in parallel worker processes (``bench/gpu/jit_build.py``), with the kernel cache in a fresh folder unless
+one is given — and prints per kernel how it was obtained (compiled / disk / memory) and in how many seconds.
+``--artifacts DIR`` instead loads the artifacts ``bench/gpu/build.py`` wrote on another machine, through
+``tilelang_core.runtime`` only (the export path: no TVM needed). Then it
 
 1. checks every kernel against its torch reference on fresh random inputs, with the outputs poisoned first (NaN,
-   or a sentinel for integers) so an element the kernel never wrote is caught;
+   or a sentinel for integers) so an element the kernel never wrote is caught, twice (two random draws);
 2. measures launch overhead: our launcher on a one-block kernel against a tiny torch op;
 3. times (CUDA events, median after warm-up, ``triton.testing.do_bench``) the quickstart GEMM fp16 at the issue's
    shapes (best of the built configs) against torch (cuBLAS) and Triton, elementwise add, softmax and RMSNorm
    against torch, and issue 7's workloads: flash attention against torch SDPA and a Triton FA2 kernel, the W4A16
    dequantised GEMM against fp16 cuBLAS on the dequantised weights, GEMV against torch.mv and the copy bandwidth
-   measured in the same run — then prints the table of ratios last.
+   measured in the same run — then prints how the kernels were obtained and the table of ratios last.
 
-    python bench/gpu/run.py [--artifacts .gpu_artifacts] [--only SUBSTR ...] [--no-bench] [--json out.json]
-                            [--groups attention dequant gemv ...] [--ab ROUNDS]
+    python bench/gpu/run.py [--quick] [--only SUBSTR ...] [--skip SUBSTR ...] [--groups attention dequant ...]
+                            [--max-compile-workers N] [--cache-dir DIR] [--json out.json] [--log out.txt]
+    python bench/gpu/run.py --artifacts .gpu_artifacts      # prebuilt (bench/gpu/build.py), runtime only
+    python bench/gpu/run.py --compile-only [--quick]        # no GPU needed: obtain the kernels, print how
 
-``--ab ROUNDS`` replaces step 3 by an A/B timing of the selected W4A16 kernels: each of them and fp16 cuBLAS in
-alternation, ROUNDS times with both timers (medians and ranges) — single medians of one kernel differ by ~1 us from
-one screening to the next, more than most of the changes being compared.
+``--quick`` keeps the headline kernels (``kernels.QUICK``). ``--budget SECONDS`` (default 540) skips the timing
+blocks not yet started once the run has lasted that long, so the table still prints inside one 10-minute device
+call. ``--ab ROUNDS`` replaces step 3 by an A/B timing of the selected W4A16 kernels: each of them and fp16 cuBLAS
+in alternation, ROUNDS times with both timers (medians and ranges) — single medians of one kernel differ by ~1 us
+from one screening to the next, more than most of the changes being compared.
 """
 
 from __future__ import annotations
@@ -25,10 +34,15 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 import traceback
+from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +50,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import jit_build  # noqa: E402
+import kernels as kernel_list  # noqa: E402
 import refs  # noqa: E402
 import torch  # noqa: E402
 
@@ -97,7 +113,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float,
     return True, msg
 
 
-def check_entry(entry: dict[str, Any], kern: CudaKernelCallable, g: torch.Generator) -> tuple[bool, str]:
+def check_entry(entry: dict[str, Any], kern: Any, g: torch.Generator) -> tuple[bool, str]:
     art = kern.artifact
     gens = entry.get("inputs", {})
     tensors: list[Any] = []
@@ -175,7 +191,7 @@ def bench_ms_clean(fn: Any, warmup: int = 10, rep: int = 100) -> float:
     return float(times[len(times) // 2])
 
 
-def launch_overhead(kern: CudaKernelCallable, n: int = 3000) -> tuple[float, float]:
+def launch_overhead(kern: Any, n: int = 3000) -> tuple[float, float]:
     """Host time per call (µs): our launcher (with argument checks) vs a tiny torch op, back to back."""
     a = torch.randn(128, device="cuda")
     b = torch.randn(128, device="cuda")
@@ -401,7 +417,7 @@ def _dequant_inputs(key: tuple) -> tuple[torch.Tensor, ...]:
     return a, b, sc, w, c
 
 
-def ab_dequant(entries: list[dict[str, Any]], kernels: dict[str, CudaKernelCallable], rounds: int) -> None:
+def ab_dequant(entries: list[dict[str, Any]], kernels: dict[str, Any], rounds: int) -> None:
     """A/B timing of W4A16 kernels: every selected kernel of a shape and fp16 cuBLAS, in alternation, ``rounds``
     times with each timer; prints the medians (and the spread) — single medians differ by ~1 us run to run."""
     by_key: dict[tuple, list[str]] = {}
@@ -427,130 +443,216 @@ def ab_dequant(entries: list[dict[str, Any]], kernels: dict[str, CudaKernelCalla
                   f"do_bench {mw:6.1f} ({min(wb[k]):.1f}-{max(wb[k]):.1f})  {ref_w / mw:5.2f}x")
 
 
-def main(argv: list[str] | None = None) -> int:
+# -- how a run is set up ----------------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--artifacts", default=str(ROOT / ".gpu_artifacts"))
-    p.add_argument("--only", nargs="*", default=None)
-    p.add_argument("--skip", nargs="*", default=None, help="leave out entries whose name contains a substring")
-    p.add_argument("--no-bench", action="store_true")
-    p.add_argument("--launch", type=int, default=0,
-                   help="only launch each selected kernel this many times on random inputs (for a profiler: "
-                        "ncu --kernel-name main_kernel ... python bench/gpu/run.py --only NAME --launch 3)")
-    p.add_argument("--no-triton", action="store_true")
-    p.add_argument("--json", default=None)
-    p.add_argument("--groups", nargs="*", default=None,
-                   help="benchmark groups to time (gemm add softmax rmsnorm attention dequant gemv launch)")
-    p.add_argument("--ab", type=int, default=0, metavar="ROUNDS",
-                   help="after the checks, only A/B-time the selected W4A16 kernels against cuBLAS, alternating")
-    args = p.parse_args(argv)
+    src = p.add_argument_group("where the kernels come from")
+    src.add_argument("--artifacts", default=None, metavar="DIR",
+                     help="load prebuilt artifacts (bench/gpu/build.py) through tilelang_core.runtime instead of "
+                          "compiling through @jit")
+    src.add_argument("--arch", default="sm_90", help="CUDA architecture the @jit path compiles for")
+    src.add_argument("--cache-dir", default=None,
+                     help="kernel cache (TILELANG_CORE_CACHE_DIR) to use; default: $TILELANG_CORE_CACHE_DIR if set, "
+                          "else a fresh temporary folder (removed at the end), so every kernel is compiled cold")
+    src.add_argument("--keep-cache", action="store_true", help="keep the fresh temporary cache folder")
+    src.add_argument("--max-compile-workers", type=int, default=jit_build.default_workers(), metavar="N",
+                     help="parallel compiles (default: cores - 1, at most 16); 0 compiles one at a time in this "
+                          "process")
+    src.add_argument("--compile-pool", choices=jit_build.POOLS, default="process",
+                     help="worker processes (default) or threads of this process")
+    src.add_argument("--compile-only", action="store_true",
+                     help="only obtain the kernels and print how (no GPU needed)")
+    sel = p.add_argument_group("which kernels")
+    sel.add_argument("--quick", action="store_true", help="the headline kernels only (kernels.QUICK)")
+    sel.add_argument("--only", nargs="*", default=None, help="keep entries whose name contains a substring")
+    sel.add_argument("--skip", nargs="*", default=None, help="leave out entries whose name contains a substring")
+    run = p.add_argument_group("what to run")
+    run.add_argument("--no-bench", action="store_true")
+    run.add_argument("--launch", type=int, default=0,
+                     help="only launch each selected kernel this many times on random inputs (for a profiler: "
+                          "ncu --kernel-name main_kernel ... python bench/gpu/run.py --only NAME --launch 3)")
+    run.add_argument("--no-triton", action="store_true")
+    run.add_argument("--groups", nargs="*", default=None,
+                     help="benchmark groups to time (gemm add softmax rmsnorm attention dequant gemv launch)")
+    run.add_argument("--ab", type=int, default=0, metavar="ROUNDS",
+                     help="after the checks, only A/B-time the selected W4A16 kernels against cuBLAS, alternating")
+    run.add_argument("--budget", type=float, default=540.0, metavar="SECONDS",
+                     help="timing blocks not started by then are skipped (the table still prints); default 540")
+    out = p.add_argument_group("output")
+    out.add_argument("--json", default=None, help="write checks, timings and how each kernel was obtained")
+    out.add_argument("--log", default=None, help="also write everything printed to this file")
+    return p.parse_args(argv)
 
-    root = Path(args.artifacts)
-    manifest = json.loads((root / "manifest.json").read_text())
-    entries = [e for e in manifest["entries"] if not args.only or any(s in e["name"] for s in args.only)]
-    entries = [e for e in entries if not args.skip or not any(s in e["name"] for s in args.skip)]
-    print(f"GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  artifacts {root} "
-          f"({manifest['arch']}, {len(entries)} entries)")
-    g = torch.Generator(device="cuda")
-    g.manual_seed(1234)
-    kernels: dict[str, CudaKernelCallable] = {}
-    results: dict[str, Any] = {"checks": {}, "bench": {}}
-    n_fail = 0
-    n_skip = 0
-    if args.launch:
-        for e in entries:
-            kern = CudaKernelCallable(load_artifact(root / e["dir"]))
-            gens = e.get("inputs", {})
-            tensors = [make_input(sp, gens.get(sp.name, gens.get("*")), g) for sp in kern.artifact.params]
-            for _ in range(args.launch):
-                kern(*tensors)
-            torch.cuda.synchronize()
-            print(f"launched {e['name']} x{args.launch}")
-        return 0
-    # -- 1. correctness ------------------------------------------------------------------------------------
+
+def resolve_cache(args: argparse.Namespace) -> tuple[Path, bool]:
+    """The kernel-cache folder and whether it is a fresh one of this run (removed at the end)."""
+    given = args.cache_dir or os.environ.get("TILELANG_CORE_CACHE_DIR")
+    if given:
+        return Path(given).expanduser(), False
+    return Path(tempfile.mkdtemp(prefix="tilelang_core_bench_cache_")), True
+
+
+def obtain_artifacts(root: Path, entries: list[dict[str, Any]]
+                     ) -> Iterator[tuple[dict[str, Any], Any, jit_build.Obtained]]:
+    """Prebuilt artifacts, loaded through the runtime only (how = "artifact")."""
     for e in entries:
+        rec = jit_build.Obtained(e["name"], how="artifact")
+        t0 = time.perf_counter()
         try:
-            art = load_artifact(root / e["dir"])
-            kern = CudaKernelCallable(art)
-            kernels[e["name"]] = kern
-            if not e.get("check", True):  # a measurement variant that computes something else on purpose
-                results["checks"][e["name"]] = {"ok": True, "msg": "not checked (measurement variant)"}
-                print(f"SKIP {e['name']:44s} measurement variant, not checked")
-                n_skip += 1
-                continue
-            ok, msg = check_entry(e, kern, g)
-            if ok:  # a second draw of inputs: the same function on any valid input
-                ok, msg2 = check_entry(e, kern, g)
-                msg = msg if ok else msg2
+            kern = CudaKernelCallable(load_artifact(root / e["dir"]))
+        except Exception as ex:  # noqa: BLE001 - reported per kernel
+            rec.how, rec.error = "failed", f"{type(ex).__name__}: {ex}"
+            kern = None
+        rec.seconds = time.perf_counter() - t0
+        yield e, kern, rec
+
+
+def obtain_jit(obtainer: jit_build.Obtainer, selected: list[kernel_list.Entry]
+               ) -> Iterator[tuple[dict[str, Any], Any, jit_build.Obtained]]:
+    """Kernels through @jit, as entry dicts (the manifest's shape, so checks and timings read both the same)."""
+    for entry, kern, rec in obtainer.obtain(selected):
+        yield asdict(entry), kern, rec
+
+
+# -- 1. correctness -----------------------------------------------------------------------------------------------
+def check_twice(e: dict[str, Any], kern: Any, g: torch.Generator) -> tuple[bool, str]:
+    """The check on two random draws of inputs: the same function on any valid input."""
+    ok, msg = check_entry(e, kern, g)
+    if ok:
+        ok, msg2 = check_entry(e, kern, g)
+        msg = msg if ok else msg2
+    return ok, msg
+
+
+def run_checks(stream: Iterator[tuple[dict[str, Any], Any, jit_build.Obtained]], results: dict[str, Any],
+               kernels: dict[str, Any], entries: list[dict[str, Any]], compile_only: bool) -> str:
+    """Consume the kernels as they become ready: check each (unless ``compile_only``), print one line per kernel
+    with how it was obtained. Returns "" or the reason the run must stop (a broken CUDA context)."""
+    g = torch.Generator(device="cuda") if not compile_only else None
+    if g is not None:
+        g.manual_seed(1234)
+    for e, kern, rec in stream:
+        entries.append(e)
+        results["obtained"][e["name"]] = asdict(rec)
+        how = rec.describe()
+        if kern is None:
+            results["checks"][e["name"]] = {"ok": False, "msg": f"not obtained: {rec.error}"}
+            print(f"FAIL {e['name']:44s} {how:>15s}  not obtained: {rec.error}", flush=True)
+            continue
+        kernels[e["name"]] = kern
+        if compile_only:
+            stages = " ".join(f"{k} {v:.2f}" for k, v in rec.timings.items())
+            print(f"GOT  {e['name']:44s} {how:>15s}  {rec.compiler} {stages} ({rec.where})", flush=True)
+            continue
+        if not e.get("check", True):  # a measurement variant that computes something else on purpose
+            results["checks"][e["name"]] = {"ok": True, "msg": "not checked (measurement variant)", "skipped": True}
+            print(f"SKIP {e['name']:44s} {how:>15s}  measurement variant, not checked", flush=True)
+            continue
+        try:
+            ok, msg = check_twice(e, kern, g)
         except Exception as ex:  # noqa: BLE001 - report and go on
             ok, msg = False, f"{type(ex).__name__}: {ex}\n{traceback.format_exc(limit=3)}"
             try:
                 torch.cuda.synchronize()
             except Exception:  # noqa: BLE001 - a sticky CUDA error ends the run
-                print(f"FAIL {e['name']}: {msg}")
-                print("CUDA context is broken; stopping")
-                return 2
-        n_fail += not ok
+                results["checks"][e["name"]] = {"ok": False, "msg": msg}
+                print(f"FAIL {e['name']}: {msg}", flush=True)
+                return "CUDA context is broken; stopping"
         results["checks"][e["name"]] = {"ok": ok, "msg": msg}
-        print(f"{'PASS' if ok else 'FAIL'} {e['name']:44s} {msg}")
-    print(f"correctness: {len(entries) - n_fail - n_skip}/{len(entries) - n_skip} passed")
-    if args.no_bench:
-        return 1 if n_fail else 0
-    if args.ab:
-        ab_dequant(entries, kernels, args.ab)
-        return 1 if n_fail else 0
+        print(f"{'PASS' if ok else 'FAIL'} {e['name']:44s} {how:>15s}  {msg}", flush=True)
+    return ""
 
-    # -- 2. launch overhead --------------------------------------------------------------------------------
-    rows: list[tuple[str, str, str, str, str, str]] = []
+
+def check_counts(results: dict[str, Any]) -> tuple[int, int, int]:
+    """(passed, checked, measurement variants not checked)."""
+    checks = results["checks"].values()
+    skipped = sum(bool(c.get("skipped")) for c in checks)
+    checked = len(results["checks"]) - skipped
+    passed = sum(c["ok"] and not c.get("skipped") for c in checks)
+    return passed, checked, skipped
+
+
+def launch_only(stream: Iterator[tuple[dict[str, Any], Any, jit_build.Obtained]], times: int) -> int:
+    """``--launch N``: each kernel N times on random inputs, nothing checked (for a profiler)."""
+    g = torch.Generator(device="cuda")
+    g.manual_seed(1234)
+    failed = 0
+    for e, kern, rec in stream:
+        if kern is None:
+            print(f"FAIL {e['name']}: not obtained: {rec.error}")
+            failed += 1
+            continue
+        gens = e.get("inputs", {})
+        tensors = [make_input(sp, gens.get(sp.name, gens.get("*")), g) for sp in kern.artifact.params]
+        for _ in range(times):
+            kern(*tensors)
+        torch.cuda.synchronize()
+        print(f"launched {e['name']} x{times} ({rec.describe()})", flush=True)
+    return 1 if failed else 0
+
+
+# -- 2./3. timings --------------------------------------------------------------------------------------------------
+class Budget:
+    """The run's time budget: a timing block starts only while the run is within it (the rest are listed)."""
+
+    def __init__(self, t_start: float, seconds: float):
+        self.deadline = t_start + seconds
+        self.seconds = seconds
+        self.skipped: list[str] = []
+
+    def allows(self, label: str) -> bool:
+        if time.perf_counter() <= self.deadline:
+            return True
+        if not self.skipped:
+            print(f"time budget of {self.seconds:.0f} s reached: timing blocks not yet started are skipped",
+                  flush=True)
+        self.skipped.append(label)
+        return False
+
+
+def run_timings(args: argparse.Namespace, entries: list[dict[str, Any]], kernels: dict[str, Any],
+                results: dict[str, Any], budget: Budget, detail: list[str]) -> list[tuple[str, ...]]:
+    """Launch overhead, then each workload's best config against its references; the table's rows."""
+    rows: list[tuple[str, ...]] = []
 
     def want(grp: str) -> bool:
         return args.groups is None or grp in args.groups
 
-    if "launch_tiny" in kernels and want("launch"):
+    if "launch_tiny" in kernels and want("launch") and budget.allows("launch overhead"):
         ours, theirs = launch_overhead(kernels["launch_tiny"])
         results["bench"]["launch_overhead_us"] = {"ours": ours, "torch_add": theirs}
         rows.append(("launch", "host time per call (1-block add)", f"{ours:.1f} us", f"{theirs:.1f} us", "",
                      f"{theirs / ours:.2f}x"))
-
-    # -- 3. timings ----------------------------------------------------------------------------------------
-    tri = None
-    if not args.no_triton:
-        try:
-            import triton_ref as tri
-        except Exception as ex:  # noqa: BLE001
-            print(f"Triton reference unavailable: {ex}")
+    tri = _import_triton("triton_ref", args)
     torch.backends.cuda.matmul.allow_tf32 = False
     groups: dict[str, list[dict[str, Any]]] = {}
     for e in entries:
         if e.get("bench") and e["bench"] != "launch" and e["name"] in kernels and results["checks"][e["name"]]["ok"]:
             groups.setdefault(e["bench"], []).append(e)
-    detail: list[str] = []
     shapes: dict[tuple, list[dict[str, Any]]] = {}
-    for e in groups.get("gemm", []):
+    for e in groups.get("gemm", []) if want("gemm") else []:
         shapes.setdefault((f"{e['module']}.{e['factory']}", *e["args"][:3]), []).append(e)
     for key, es in shapes.items():
-        if want("gemm"):
+        if budget.allows(f"gemm {key}"):
             rows.append(bench_gemm(key, es, kernels, tri, detail, results))
     for grp in ("add", "softmax", "rmsnorm"):
-        if groups.get(grp) and want(grp):
+        if groups.get(grp) and want(grp) and budget.allows(grp):
             rows.append(bench_memory(grp, groups[grp], kernels, detail, results))
     # -- issue 7: flash attention, W4A16, GEMV -----------------------------------------------------------------
-    tri_attn = None
-    if groups.get("attention") and want("attention") and not args.no_triton:
-        try:
-            import triton_attn as tri_attn
-        except Exception as ex:  # noqa: BLE001
-            print(f"Triton attention unavailable: {ex}")
     by_key: dict[tuple, list[dict[str, Any]]] = {}
     for e in groups.get("attention", []) if want("attention") else []:
         by_key.setdefault(tuple(e["args"][:5]), []).append(e)
+    tri_attn = _import_triton("triton_attn", args) if by_key else None
     for key, es in by_key.items():
-        rows.append(bench_attention(key, es, kernels, tri_attn, detail, results))
+        if budget.allows(f"attention {key}"):
+            rows.append(bench_attention(key, es, kernels, tri_attn, detail, results))
     by_key = {}
     for e in groups.get("dequant", []) if want("dequant") else []:
         by_key.setdefault(tuple(e["args"][:4]), []).append(e)
     for key, es in by_key.items():
-        rows.append(bench_dequant(key, es, kernels, detail, results))
-    if groups.get("gemv") and want("gemv"):
+        if budget.allows(f"W4A16 {key}"):
+            rows.append(bench_dequant(key, es, kernels, detail, results))
+    if groups.get("gemv") and want("gemv") and budget.allows("gemv"):
         copy_gbs = copy_bandwidth()
         results["bench"]["copy_gbs"] = copy_gbs
         by_dt: dict[str, list[dict[str, Any]]] = {}
@@ -558,19 +660,138 @@ def main(argv: list[str] | None = None) -> int:
             by_dt.setdefault(e["kwargs"]["dtype"], []).append(e)
         for dt, es in by_dt.items():
             rows.append(bench_gemv(dt, es, kernels, copy_gbs, detail, results))
-    print("\nper-config timings (median, triton.testing.do_bench):")
-    print("\n".join(detail))
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
-    print(f"\ncorrectness: {len(entries) - n_fail - n_skip}/{len(entries) - n_skip} kernels passed"
-          f"{f' ({n_skip} measurement variants not checked)' if n_skip else ''}")
+    return rows
+
+
+def _import_triton(module: str, args: argparse.Namespace) -> Any:
+    """A Triton reference module, or None (``--no-triton``, or Triton missing: said once)."""
+    if args.no_triton:
+        return None
+    try:
+        return __import__(module)
+    except Exception as ex:  # noqa: BLE001
+        print(f"Triton reference {module} unavailable: {type(ex).__name__}: {ex}")
+        return None
+
+
+# -- the run ------------------------------------------------------------------------------------------------------
+def describe_setup(args: argparse.Namespace, n: int, how: str) -> str:
+    """The first line: GPU, versions, where the kernels come from."""
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none visible"
+    try:
+        import tvm
+
+        tvm_v = f"TVM {tvm.__version__}"
+    except Exception:  # noqa: BLE001
+        tvm_v = "no TVM"
+    return (f"run.py {' '.join(sys.argv[1:])}\n{jit_build.code_version(ROOT)}\n"
+            f"GPU: {gpu}  torch {torch.__version__}  {tvm_v}  {n} entries; {how}")
+
+
+def write_json(path: str | None, results: dict[str, Any]) -> None:
+    if path:
+        Path(path).write_text(json.dumps(results, indent=1, default=str))
+
+
+def print_report(results: dict[str, Any], detail: list[str], compile_lines: list[str], rows: list[tuple[str, ...]],
+                 budget: Budget | None, t_start: float) -> None:
+    """Everything after the checks, the table last (the device call returns only the tail of the output)."""
+    if detail:
+        print("\nper-config timings (median, triton.testing.do_bench):")
+        print("\n".join(detail))
+    print()
+    print("\n".join(compile_lines))
+    passed, checked, skipped = check_counts(results)
+    print(f"\ncorrectness: {passed}/{checked} kernels passed"
+          f"{f' ({skipped} measurement variants not checked)' if skipped else ''}")
     for name, r in results["checks"].items():
         if not r["ok"]:
             print(f"  FAILED {name}: {r['msg'][:300]}")
-    print("\n| workload | shape | ours | torch | Triton | ours vs reference (time ratio, >1 = faster) |")
-    print("|---|---|---|---|---|---|")
-    for r in rows:
-        print("| " + " | ".join(r) + " |")
+    if budget is not None and budget.skipped:
+        print(f"time budget ({budget.seconds:.0f} s) reached; not timed: {', '.join(budget.skipped)}")
+    print(f"run took {time.perf_counter() - t_start:.0f} s")
+    if rows:
+        print("\n| workload | shape | ours | torch | Triton | ours vs reference (time ratio, >1 = faster) |")
+        print("|---|---|---|---|---|---|")
+        for r in rows:
+            print("| " + " | ".join(r) + " |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    t_start = time.perf_counter()
+    args = parse_args(argv)
+    if args.log:
+        sys.stdout = jit_build.Tee(sys.stdout, Path(args.log))  # type: ignore[assignment]
+        sys.stderr = jit_build.Tee(sys.stderr, Path(args.log))  # type: ignore[assignment]
+    if not args.compile_only and not torch.cuda.is_available():
+        print("no CUDA GPU visible (torch.cuda.is_available() is False): checks and timings need one; "
+              "--compile-only obtains the kernels without running them")
+        return 2
+    fresh_cache: Path | None = None
+    if args.artifacts:
+        root = Path(args.artifacts)
+        manifest = json.loads((root / "manifest.json").read_text())
+        selected = [e for e in manifest["entries"] if kernel_list.keep(e["name"], args.only, args.skip, args.quick)]
+        how = f"prebuilt artifacts {root} ({manifest['arch']}), runtime only"
+        stream = obtain_artifacts(root, selected)
+        obtainer = None
+    else:
+        chosen = [e for e in kernel_list.entries() if kernel_list.keep(e.name, args.only, args.skip, args.quick)]
+        cache, fresh = resolve_cache(args)
+        fresh_cache = cache if fresh and not args.keep_cache else None
+        obtainer = jit_build.Obtainer({"kind": "cuda", "arch": args.arch}, cache, args.max_compile_workers,
+                                      args.compile_pool)
+        how = (f"through @jit (target cuda {args.arch}; {obtainer.describe()}; kernel cache {cache}, "
+               f"{'fresh' if fresh else 'given: kernels already there come from disk'})")
+        selected = chosen
+        stream = obtain_jit(obtainer, chosen)
+    print(describe_setup(args, len(selected), how), flush=True)
+    try:
+        return _run(args, stream, obtainer, t_start)
+    finally:
+        if fresh_cache is not None:
+            shutil.rmtree(fresh_cache, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, stream: Iterator[tuple[dict[str, Any], Any, jit_build.Obtained]],
+         obtainer: jit_build.Obtainer | None, t_start: float) -> int:
+    """Checks (while the kernels are still being compiled), then timings; returns the exit status."""
+    if args.launch:
+        return launch_only(stream, args.launch)
+    results: dict[str, Any] = {"argv": sys.argv[1:], "obtained": {}, "checks": {}, "bench": {}}
+    kernels: dict[str, Any] = {}
+    entries: list[dict[str, Any]] = []
+    stop = run_checks(stream, results, kernels, entries, args.compile_only)
+    getattr(stream, "close", lambda: None)()  # stops the compile pool should the checks have ended early
+    records = [jit_build.Obtained(**r) for r in results["obtained"].values()]
+    wall = obtainer.wall if obtainer is not None else time.perf_counter() - t_start
+    label = f"through @jit, {obtainer.describe()}" if obtainer else "prebuilt artifacts"
+    compile_lines = jit_build.summary(records, wall, label)
+    results["compile_summary"] = compile_lines
+    write_json(args.json, results)  # a partial record, should the timings not finish
+    n_fail = sum(not c["ok"] for c in results["checks"].values())
+    if stop:
+        print(stop)
+        print_report(results, [], compile_lines, [], None, t_start)
+        return 2
+    if args.compile_only:
+        print("\n".join(compile_lines))
+        return 1 if n_fail else 0
+    passed, checked, _ = check_counts(results)
+    print(f"correctness: {passed}/{checked} passed", flush=True)
+    if args.no_bench:
+        print("\n".join(compile_lines))
+        return 1 if n_fail else 0
+    if args.ab:
+        ab_dequant(entries, kernels, args.ab)
+        return 1 if n_fail else 0
+    budget = Budget(t_start, args.budget)
+    detail: list[str] = []
+    rows = run_timings(args, entries, kernels, results, budget, detail)
+    results["skipped_by_budget"] = budget.skipped
+    results["seconds"] = time.perf_counter() - t_start
+    write_json(args.json, results)
+    print_report(results, detail, compile_lines, rows, budget, t_start)
     return 1 if n_fail else 0
 
 
