@@ -17,7 +17,9 @@ computed in vectors of at most 16 bytes of the widest type the body computes wit
 each narrower global or shared operand is moved in accesses of up to 16 bytes through a small register array
 (``A`` loaded as one ``uint4`` before the halves; a narrow output stored as one after them). Where the tensors'
 alignment does not allow the chunk's width, the widest power of two that it allows is used (element-wise code
-where there is none).
+where there is none). A scalar temporary of the body (``t = (x[i, j] - mean[i]) * rstd[i]``) belongs to one
+iteration: in a vectorised chunk it gets one slot per lane, since TVM's vectoriser would otherwise share one
+scalar among the lanes (every lane would read the last lane's value).
 
 Finally every remaining access to a replicated fragment becomes an access to its register array, ``T.alloc_var``
 scalars become one-element register arrays, and the fragment allocations are dropped.
@@ -139,6 +141,54 @@ def _allocated_in(node: Any) -> list[Any]:
 
     tvm_ffi.structural_map(node, [(tirx.AllocBuffer, rec)])
     return out
+
+
+def _lane_private(body: Any, lane: Any, lanes: int) -> tuple[Any, list[Any]] | None:
+    """Give every buffer allocated inside ``body`` (a scalar temporary ``t = ...`` of the T.Parallel body) one slot
+    per lane of the vectorised loop over ``lane`` (``lanes`` lanes); returns the new body and the allocations of
+    the lane arrays, which go before the loop. None when some such buffer has a shape that is not constant.
+
+    Why: TVM's ``VectorizeLoop`` keeps a buffer allocated inside a vectorised loop as one buffer shared by all
+    lanes (it hoists the allocation unchanged): the store ``t[0] = v`` becomes a scatter of every lane's value to
+    the same address, and the read ``t[0]`` a broadcast of whichever lane landed last. Each iteration of a
+    T.Parallel body owns its temporaries, so each lane needs its own copy: element ``f`` of lane ``l`` lives at
+    ``f * lanes + l``, a contiguous vector access for a constant ``f``."""
+    remap: dict[Any, tuple[Any, tuple[int, ...]]] = {}
+    for buf in _allocated_in(body):
+        if buf in remap:
+            continue
+        shape = [const_int(x) for x in buf.shape]
+        if None in shape:
+            return None
+        size = 1
+        for e in shape:
+            size *= e
+        arr = tirx.decl_buffer((size * lanes,), str(buf.dtype), buf.name, scope="local")
+        remap[buf] = (arr, tuple(shape))
+    if not remap:
+        return body, []
+
+    def at(buf: Any, idx: list[Any]) -> tuple[Any, list[Any]] | None:
+        hit = remap.get(buf)
+        if hit is None:
+            return None
+        arr, shape = hit
+        return arr, [flat_index(idx, shape) * lanes + lane]
+
+    def load(ld: Any) -> Any:
+        r = at(ld.source, list(ld.indices))
+        return ld if r is None else tirx.BufferLoad(r[0], r[1])
+
+    def store(st: Any) -> Any:
+        r = at(st.buffer, list(st.indices))
+        return st if r is None else tirx.BufferStore(r[0], st.value, r[1], span=st.span)
+
+    def alloc(s: Any) -> Any:
+        return tirx.Evaluate(tirx.IntImm("int32", 0)) if s.buffer in remap else s
+
+    body = tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store),
+                                         (tirx.AllocBuffer, alloc)])
+    return body, [tirx.AllocBuffer(arr) for arr, _ in remap.values()]
 
 
 class LowerParallelCUDA(Rewriter):
@@ -353,7 +403,8 @@ class LowerParallelCUDA(Rewriter):
             self.bind_loop(v, tirx.IntImm("int32", 0), tirx.IntImm("int32", vec))
             lane_coords = coords[:-1] + [coords[-1] + v]
             b = substitute(self.map_fragments(body, vs, base + v), dict(zip(vs, lane_coords)))
-            loop = self.vector_chunk(b, v, vec, width)
+            b, lane_allocs = _lane_private(b, v, vec)
+            loop = seq([*lane_allocs, self.vector_chunk(b, v, vec, width)])
             return tirx.IfThenElse(valid, loop, None) if valid is not None else loop
 
         def iterate(count: int, fn: Any) -> Any:
@@ -373,7 +424,8 @@ class LowerParallelCUDA(Rewriter):
             width = vec
             while width > 1 and not self.vectorizable(probe, probe_v, width):
                 width //= 2
-        use_vec = width > 1
+        # temporaries of the body get one slot per lane (see _lane_private); one of unknown size keeps it scalar
+        use_vec = width > 1 and _lane_private(body, vs[-1], vec) is not None
         tconds = self.nest_in_bounds(body, vs, exts)
         if use_vec:
             fast = iterate(n_regs // vec, chunk)

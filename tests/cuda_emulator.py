@@ -1,0 +1,661 @@
+"""A CPU emulator of the CUDA kernels our pipeline generates, for tests on machines with no GPU.
+
+It runs the TIR the CUDA code generator is given — our passes (``codegen.lower``), then TVM's flattening,
+bf16-legalisation, vectorisation, unrolling and simplification, the passes of ``codegen._tir_pipeline`` that shape
+the statements — with the semantics the generated CUDA C has: one Python generator per thread of a block, all of
+a block's threads stepping together from one ``__syncthreads()`` to the next; vector accesses lane by lane in order
+(a scatter of several lanes to one address keeps the last lane, as the generated ``x[v.x] = ...; x[v.y] = ...``
+does); float32/float16 arithmetic in numpy's IEEE types, bfloat16 rounded to nearest even on every cast and store;
+``tl::block_allreduce`` and ``tl::row_allreduce`` replayed step by step from ``include/tl/reduce.cuh`` (xor
+shuffles, the barriers and the shared scratch). The emulator also reports what a GPU would not show reliably:
+shared-memory races between two barriers (a write and another thread's read or write of the same byte), reads
+of shared or local memory never written, and accesses outside a tensor or an allocation. Anything it does not
+know (an extern template, an intrinsic) raises ``NotImplementedError``: it never guesses.
+
+It is slow (pure Python, a few microseconds per operation per thread): emulate a few blocks of small problems.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import tvm
+from tvm import tirx
+
+from tilelang_core.language._ir import dtype_of
+
+WARP = 32
+POISON = 0xFF  # fresh shared and local memory: NaN for every float type, -1 for integers
+
+_NP = {"float32": np.float32, "float16": np.float16, "float64": np.float64, "bfloat16": np.float32,
+       "int8": np.int64, "int16": np.int64, "int32": np.int64, "int64": np.int64, "uint8": np.int64,
+       "uint16": np.int64, "uint32": np.int64, "uint64": np.int64, "bool": np.bool_}
+_STORAGE = {"float32": np.float32, "float16": np.float16, "float64": np.float64, "bfloat16": np.uint16,
+            "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64, "uint8": np.uint8,
+            "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64, "bool": np.uint8}
+
+
+class EmulationError(AssertionError):
+    """The kernel did something a correct CUDA kernel must not (a race, an out-of-bounds access ...)."""
+
+
+def _split(dt: str) -> tuple[str, int]:
+    """('float32', 4) for 'float32x4'."""
+    if "x" in dt and not dt.startswith("x"):
+        base, lanes = dt.rsplit("x", 1)
+        if lanes.isdigit():
+            return base, int(lanes)
+    return dt, 1
+
+
+def _round_bf16(v: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even), kept as float32."""
+    bits = np.asarray(v, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    nan = np.isnan(np.asarray(v, dtype=np.float32))
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    out = (rounded & 0xFFFFFFFF).astype(np.uint32).view(np.float32)
+    return np.where(nan, np.float32("nan"), out).astype(np.float32)
+
+
+def _cast(v: np.ndarray, dt: str) -> np.ndarray:
+    """C conversion of ``v`` to scalar type ``dt``: round to nearest for floats, truncate and wrap for ints."""
+    v = np.asarray(v)
+    if dt == "bfloat16":
+        return _round_bf16(v.astype(np.float32))
+    if dt == "bool":
+        return v != 0
+    if dt.startswith(("int", "uint")):
+        bits = int(re.sub(r"\D", "", dt))
+        iv = np.trunc(v).astype(np.int64) if v.dtype.kind == "f" else v.astype(np.int64)
+        iv = iv & ((1 << bits) - 1) if bits < 64 else iv
+        if dt.startswith("int") and bits < 64:
+            iv = np.where(iv >= 1 << (bits - 1), iv - (1 << bits), iv)
+        return iv.astype(np.int64)
+    return v.astype(_NP[dt])
+
+
+@dataclass
+class _Storage:
+    """The bytes of one tensor or allocation; ``shared`` ones track the accesses of the current barrier epoch."""
+
+    name: str
+    data: np.ndarray  # uint8
+    shared: bool = False
+    written: np.ndarray | None = None  # bool per byte: ever written (shared and local)
+    writer: np.ndarray | None = None  # int per byte: thread that wrote it this epoch, -1 none
+    reader: np.ndarray | None = None  # int per byte: thread that read it this epoch, -1 none, -2 several
+    views: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def view(self, dt: str) -> np.ndarray:
+        v = self.views.get(dt)
+        if v is None:
+            st = np.dtype(_STORAGE[dt])
+            n = len(self.data) - len(self.data) % st.itemsize
+            v = self.views[dt] = self.data[:n].view(st)
+        return v
+
+    def new_epoch(self) -> None:
+        if self.writer is not None:
+            self.writer.fill(-1)
+            self.reader.fill(-1)
+
+
+def _fresh(name: str, nbytes: int, shared: bool, track: bool) -> _Storage:
+    data = np.full(nbytes, POISON, dtype=np.uint8)
+    st = _Storage(name, data, shared=shared)
+    if track:
+        st.written = np.zeros(nbytes, dtype=bool)
+    if shared:
+        st.writer = np.full(nbytes, -1, dtype=np.int32)
+        st.reader = np.full(nbytes, -1, dtype=np.int32)
+    return st
+
+
+@dataclass
+class _Pointer:
+    """``&buf[i]``: an element of a storage, handed to a device template."""
+
+    storage: _Storage
+    elem: int
+    dtype: str
+
+
+class _Thread:
+    """One thread: its variables and its private (register / local) allocations; ``tid`` -1 outside the launch."""
+
+    def __init__(self, block: _Block, tid: int, env: dict[Any, Any]) -> None:
+        self.block, self.tid = block, tid
+        self.env = dict(env)
+        self.local: dict[Any, _Storage] = {}
+
+
+class _Block:
+    """One block: its shared allocations."""
+
+    def __init__(self) -> None:
+        self.shared: dict[Any, _Storage] = {}
+
+
+class Emulator:
+    """Runs the CUDA-bound TIR of ``func`` (a ``@T.prim_func`` before our passes) on CPU tensors."""
+
+    def __init__(self, func: Any, arch: str = "sm_90") -> None:
+        self.func = prepare(func, arch)
+        self.views: dict[Any, tuple[Any, Any]] = {}  # declared buffer -> (buffer it views, its element offset)
+        self.globals: dict[Any, _Storage] = {}
+        self.threads = 0
+
+    # -- entry -----------------------------------------------------------------------------------------
+    def run(self, tensors: list[torch.Tensor]) -> None:
+        """Run the kernel over ``tensors`` (its parameters, in order; outputs are written in place), every block.
+        Raises :class:`EmulationError` on the first problem."""
+        params = list(self.func.params)
+        if len(params) != len(tensors):
+            raise ValueError(f"expected {len(params)} tensors, got {len(tensors)}")
+        for p, t in zip(params, tensors):
+            raw = t.detach().contiguous().cpu().view(torch.uint8).reshape(-1).numpy().copy()
+            self.globals[p] = _Storage(p.name, raw)
+        for _ in self._gen(self.func.body, _Thread(_Block(), -1, {})):
+            raise EmulationError("a barrier outside the thread launch")
+        for p, t in zip(params, tensors):
+            back = torch.from_numpy(self.globals[p].data.copy()).view(t.dtype).reshape(t.shape)
+            t.copy_(back)
+
+    @staticmethod
+    def problem(msg: str) -> None:
+        raise EmulationError(msg)
+
+    # -- memory ----------------------------------------------------------------------------------------
+    def resolve(self, th: _Thread, buf: Any) -> tuple[_Storage, int]:
+        """The storage a buffer lives in and its element offset there."""
+        off = 0
+        while buf in self.views:  # a view's element offset counts elements of its own type
+            root, eo = self.views[buf]
+            off += self.scalar(eo, th) if eo is not None else 0
+            buf = root
+        st = th.local.get(buf) or th.block.shared.get(buf) or self.globals.get(buf)
+        if st is None:
+            raise EmulationError(f"buffer {buf.name} used before its allocation")
+        return st, off
+
+    def load(self, th: _Thread, buf: Any, idx: np.ndarray) -> np.ndarray:
+        st, off = self.resolve(th, buf)
+        base = str(buf.dtype)
+        elems = idx.astype(np.int64) + off
+        size = np.dtype(_STORAGE[base]).itemsize
+        view = st.view(base)
+        if elems.min() < 0 or elems.max() >= len(view):
+            self.problem(f"read of {buf.name}[{int(elems.min())}..{int(elems.max())}] outside its "
+                         f"{len(view)} elements")
+        self._track(st, th, elems, size, write=False)
+        raw = view[elems]
+        if base == "bfloat16":
+            return (raw.astype(np.uint32) << 16).view(np.float32)
+        return raw.astype(_NP[base])
+
+    def store(self, th: _Thread, buf: Any, idx: np.ndarray, value: np.ndarray) -> None:
+        st, off = self.resolve(th, buf)
+        base = str(buf.dtype)
+        elems = idx.astype(np.int64) + off
+        size = np.dtype(_STORAGE[base]).itemsize
+        view = st.view(base)
+        if elems.min() < 0 or elems.max() >= len(view):
+            self.problem(f"write of {buf.name}[{int(elems.min())}..{int(elems.max())}] outside its "
+                         f"{len(view)} elements")
+        self._track(st, th, elems, size, write=True)
+        v = _cast(np.broadcast_to(value, elems.shape), base)
+        if base == "bfloat16":
+            v = (v.view(np.uint32) >> 16).astype(np.uint16)
+        for e, x in zip(elems, v):  # lane by lane, in order: a scatter to one address keeps the last lane
+            view[e] = x
+
+    def _track(self, st: _Storage, th: _Thread, elems: np.ndarray, size: int, write: bool) -> None:
+        if st.written is None:
+            return
+        for e in elems:
+            b0 = int(e) * size
+            sl = slice(b0, b0 + size)
+            if not write and not st.written[sl].all():
+                self.problem(f"thread {th.tid} reads {st.name} bytes {b0}..{b0 + size} that were never written")
+            if st.writer is not None and th.tid >= 0:
+                w = st.writer[sl]
+                if ((w >= 0) & (w != th.tid)).any():
+                    self.problem(f"shared-memory race on {st.name} bytes {b0}..{b0 + size}: thread {th.tid} "
+                                 f"{'writes' if write else 'reads'} what thread {int(w.max())} wrote since the "
+                                 "last barrier")
+                if write:
+                    r = st.reader[sl]
+                    if ((r == -2) | ((r >= 0) & (r != th.tid))).any():
+                        self.problem(f"shared-memory race on {st.name} bytes {b0}..{b0 + size}: thread {th.tid} "
+                                     "overwrites what another thread read since the last barrier")
+                    st.writer[sl] = th.tid
+                else:
+                    r = st.reader[sl]
+                    st.reader[sl] = np.where(r == -1, th.tid, np.where(r == th.tid, r, -2))
+            if write:
+                st.written[sl] = True
+
+    # -- expressions -----------------------------------------------------------------------------------
+    def scalar(self, e: Any, th: _Thread) -> int:
+        v = self.ev(e, th)
+        if v.shape != (1,):
+            raise EmulationError(f"expected a scalar, got {v.shape[0]} lanes: {e}")
+        return int(v[0])
+
+    def ev(self, e: Any, th: _Thread) -> np.ndarray:  # noqa: C901 - one dispatch over the expression kinds
+        """The value of ``e`` in thread ``th`` as a numpy array of its lanes."""
+        if isinstance(e, tirx.IntImm):
+            return np.array([int(e.value)], dtype=np.bool_ if dtype_of(e) == "bool" else np.int64)
+        if isinstance(e, tirx.FloatImm):
+            return _cast(np.array([float(e.value)]), _split(dtype_of(e))[0])
+        if isinstance(e, tvm.ir.Var) and not tirx.is_buffer_var(e):
+            if e not in th.env:
+                raise EmulationError(f"variable {e} has no value")
+            return th.env[e]
+        if isinstance(e, tvm.ir.TensorLoad):
+            idx = self._indices(e.indices, th)
+            return self.load(th, e.source, idx)
+        if isinstance(e, tirx.Ramp):
+            base, stride = self.scalar(e.base, th), self.scalar(e.stride, th)
+            return base + stride * np.arange(int(e.lanes), dtype=np.int64)
+        if isinstance(e, tirx.Broadcast):
+            return np.repeat(self.ev(e.value, th), int(e.lanes))
+        if isinstance(e, tirx.Cast):
+            return _cast(self.ev(e.value, th), _split(dtype_of(e))[0])
+        op = _BINARY.get(type(e))
+        if op is not None:
+            a, b = self.ev(e.a, th), self.ev(e.b, th)
+            out = op(a, b)
+            dt = _split(dtype_of(e))[0]
+            return _cast(out, dt) if dt in ("bfloat16",) or dt.startswith(("int", "uint")) else out
+        if isinstance(e, tirx.Not):
+            return ~self.ev(e.a, th)
+        if isinstance(e, tirx.Select):
+            c = self.ev(e.condition, th)
+            return np.where(c, self.ev(e.true_value, th), self.ev(e.false_value, th))
+        if isinstance(e, tvm.ir.Call):
+            return self._call(e, th)
+        if isinstance(e, tirx.Let):
+            th.env[e.var] = self.ev(e.value, th)
+            return self.ev(e.body, th)
+        raise NotImplementedError(f"emulator: expression {type(e).__name__}: {e}")
+
+    def _indices(self, indices: Any, th: _Thread) -> np.ndarray:
+        if len(indices) != 1:
+            raise EmulationError(f"expected flattened (1-D) buffer indices, got {list(indices)}")
+        return self.ev(indices[0], th).astype(np.int64)
+
+    def _call(self, e: Any, th: _Thread) -> np.ndarray:
+        name = str(e.op.name) if isinstance(e.op, tvm.ir.Op) else str(e.op)
+        args = list(e.args)
+        if name in ("tirx.call_extern", "tirx.call_pure_extern"):
+            fname = str(args[0].value)
+            fn = _EXTERN_MATH.get(fname)
+            if fn is None:
+                raise NotImplementedError(f"emulator: device function {fname} in an expression")
+            return _cast(fn(*[self.ev(a, th) for a in args[1:]]), _split(dtype_of(e))[0])
+        if name in ("tirx.if_then_else", "prim.if_then_else"):
+            c = self.ev(args[0], th)
+            if c.shape == (1,):
+                return self.ev(args[1] if c[0] else args[2], th)
+            return np.where(c, self.ev(args[1], th), self.ev(args[2], th))
+        fn = _MATH.get(name)
+        if fn is not None:
+            vals = [self.ev(a, th) for a in args]
+            return _cast(fn(*vals), _split(dtype_of(e))[0])
+        raise NotImplementedError(f"emulator: intrinsic {name}")
+
+    def pointer(self, e: Any, th: _Thread) -> _Pointer:
+        if not (isinstance(e, tvm.ir.Call) and str(e.op.name) == "tirx.address_of"):
+            raise NotImplementedError(f"emulator: pointer argument {e}")
+        ld = e.args[0]
+        st, off = self.resolve(th, ld.source)
+        return _Pointer(st, off + int(self._indices(ld.indices, th)[0]), str(ld.source.dtype))
+
+    # -- statements ------------------------------------------------------------------------------------
+    def _gen(self, s: Any, th: _Thread) -> Generator[Any, Any, None]:  # noqa: C901 - one dispatch
+        """Execute ``s`` in thread ``th``; yields ``("sync",)`` at a barrier and ``("shfl", value, offset)`` at
+        a warp shuffle (the scheduler sends the partner lane's value back)."""
+        if isinstance(s, tirx.SeqStmt):
+            for x in s.seq:
+                yield from self._gen(x, th)
+        elif isinstance(s, tirx.BufferStore):
+            idx = self._indices(s.indices, th)
+            self.store(th, s.buffer, idx, self.ev(s.value, th))
+        elif isinstance(s, tirx.IfThenElse):
+            c = self.ev(s.condition, th)
+            if c.shape != (1,):
+                raise EmulationError(f"vector condition {s.condition}")
+            if c[0]:
+                yield from self._gen(s.then_case, th)
+            elif s.else_case is not None:
+                yield from self._gen(s.else_case, th)
+        elif isinstance(s, tirx.For):
+            lo, n = self.scalar(s.min, th), self.scalar(s.extent, th)
+            for i in range(lo, lo + n):
+                th.env[s.loop_var] = np.array([i], dtype=np.int64)
+                yield from self._gen(s.body, th)
+        elif isinstance(s, tirx.Evaluate):
+            yield from self._evaluate(s.value, th)
+        elif isinstance(s, tirx.AllocBuffer):
+            self._alloc(s.buffer, th)
+        elif isinstance(s, tirx.DeclBuffer):
+            data = s.data
+            if not (isinstance(data, tvm.ir.Call) and str(data.op.name) == "tirx.buffer_data"):
+                raise NotImplementedError(f"emulator: buffer declared over {data}")
+            root = data.args[0]
+            if not root.same_as(s.buffer):
+                self.views[s.buffer] = (root, s.buffer.elem_offset)
+        elif isinstance(s, tirx.Bind):
+            th.env[s.var] = self.ev(s.value, th)
+        elif isinstance(s, tirx.LetStmt):
+            th.env[s.var] = self.ev(s.value, th)
+            yield from self._gen(s.body, th)
+        elif isinstance(s, tirx.AttrStmt):
+            if s.attr_key == "thread_extent":
+                yield from self._launch(s, th)
+            else:
+                yield from self._gen(s.body, th)
+        elif isinstance(s, tirx.While):
+            while self.ev(s.condition, th)[0]:
+                yield from self._gen(s.body, th)
+        else:
+            raise NotImplementedError(f"emulator: statement {type(s).__name__}")
+
+    def _alloc(self, buf: Any, th: _Thread) -> None:
+        scope = buf.scope()
+        n = 1
+        for x in buf.shape:
+            n *= self.scalar(x, th)
+        nbytes = n * np.dtype(_STORAGE[str(buf.dtype)]).itemsize
+        if scope.startswith("shared"):
+            if buf not in th.block.shared:
+                th.block.shared[buf] = _fresh(buf.name, nbytes, shared=True, track=True)
+        else:  # local / local.var: private to the thread, fresh at each allocation
+            th.local[buf] = _fresh(buf.name, nbytes, shared=False, track=True)
+
+    def _evaluate(self, v: Any, th: _Thread) -> Generator[Any, Any, None]:
+        if isinstance(v, tirx.IntImm):
+            return
+        if not isinstance(v, tvm.ir.Call):
+            self.ev(v, th)
+            return
+        name = str(v.op.name) if isinstance(v.op, tvm.ir.Op) else str(v.op)
+        if name == "tirx.tvm_storage_sync":
+            yield ("sync",)
+            return
+        if name in ("tirx.call_extern", "tirx.call_pure_extern"):
+            fname = str(v.args[0].value)
+            yield from self._extern(fname, list(v.args[1:]), th)
+            return
+        self.ev(v, th)
+
+    def _extern(self, fname: str, args: list[Any], th: _Thread) -> Generator[Any, Any, None]:
+        m = re.fullmatch(r"tl::block_allreduce<tl::(\w+), (\d+), (\d+)>", fname)
+        if m:
+            yield from self._block_allreduce(m[1], int(m[2]), int(m[3]), args, th)
+            return
+        m = re.fullmatch(r"tl::row_allreduce<tl::(\w+), (\d+), (\d+)>", fname)
+        if m:
+            yield from self._row_allreduce(m[1], int(m[2]), int(m[3]), args, th)
+            return
+        if fname == "printf":
+            return
+        raise NotImplementedError(f"emulator: device function {fname}")
+
+    # -- the reduce.cuh templates, step by step --------------------------------------------------------
+    def _raw_load(self, th: _Thread, pb: _PtrBuf, i: int) -> np.ndarray:
+        st, dt = pb.p.storage, pb.p.dtype
+        elems = np.array([pb.p.elem + i], dtype=np.int64)
+        if elems[0] >= len(st.view(dt)):
+            self.problem(f"template read outside {st.name}")
+        self._track(st, th, elems, np.dtype(_STORAGE[dt]).itemsize, write=False)
+        raw = st.view(dt)[elems]
+        return (raw.astype(np.uint32) << 16).view(np.float32) if dt == "bfloat16" else raw.astype(_NP[dt])
+
+    def _raw_store(self, th: _Thread, pb: _PtrBuf, i: int, value: np.ndarray) -> None:
+        st, dt = pb.p.storage, pb.p.dtype
+        elems = np.array([pb.p.elem + i], dtype=np.int64)
+        if elems[0] >= len(st.view(dt)):
+            self.problem(f"template write outside {st.name}")
+        self._track(st, th, elems, np.dtype(_STORAGE[dt]).itemsize, write=True)
+        v = _cast(np.asarray(value).reshape(1), dt)
+        st.view(dt)[elems[0]] = (v.view(np.uint32) >> 16).astype(np.uint16)[0] if dt == "bfloat16" else v[0]
+
+    def _block_allreduce(self, op: str, threads: int, d: int, args: list[Any],
+                         th: _Thread) -> Generator[Any, Any, None]:
+        if threads != self.threads:
+            self.problem(f"block_allreduce<{threads}> in a block of {self.threads} threads")
+        comb = _COMBINE[op]
+        vals, scratch = self.pointer(args[0], th), self.pointer(args[1], th)
+        pv, ps = _PtrBuf(vals), _PtrBuf(scratch)
+        for k in range(d):
+            v = self._raw_load(th, pv, k)
+            for off in (16, 8, 4, 2, 1):
+                other = yield ("shfl", v, off)
+                v = comb(v, other)
+            self._raw_store(th, pv, k, v)
+        if threads > WARP:
+            w_count = threads // WARP
+            warp, lane = th.tid // WARP, th.tid % WARP
+            yield ("sync",)
+            if lane == 0:
+                for k in range(d):
+                    self._raw_store(th, ps, warp * d + k, self._raw_load(th, pv, k))
+            yield ("sync",)
+            for k in range(d):
+                v = self._raw_load(th, ps, k)
+                for w in range(1, w_count):
+                    v = comb(v, self._raw_load(th, ps, w * d + k))
+                self._raw_store(th, pv, k, v)
+
+    def _row_allreduce(self, op: str, warp_n: int, r: int, args: list[Any],
+                       th: _Thread) -> Generator[Any, Any, None]:
+        comb = _COMBINE[op]
+        pv = _PtrBuf(self.pointer(args[0], th))
+        for k in range(r):
+            v = self._raw_load(th, pv, k)
+            for off in (1, 2):
+                other = yield ("shfl", v, off)
+                v = comb(v, other)
+            self._raw_store(th, pv, k, v)
+        if warp_n > 1:
+            ps = _PtrBuf(self.pointer(args[1], th))
+            warp, lane = th.tid // WARP, th.tid % WARP
+            wr = warp // warp_n
+            yield ("sync",)
+            if lane % 4 == 0:
+                for k in range(r):
+                    self._raw_store(th, ps, (warp * 8 + lane // 4) * r + k, self._raw_load(th, pv, k))
+            yield ("sync",)
+            for k in range(r):
+                v = self._raw_load(th, ps, ((wr * warp_n) * 8 + lane // 4) * r + k)
+                for c in range(1, warp_n):
+                    v = comb(v, self._raw_load(th, ps, ((wr * warp_n + c) * 8 + lane // 4) * r + k))
+                self._raw_store(th, pv, k, v)
+
+    # -- the launch ------------------------------------------------------------------------------------
+    def _launch(self, s: Any, th: _Thread) -> Generator[Any, Any, None]:
+        iv = s.node
+        tag = str(iv.thread_tag)
+        n = self.scalar(s.value, th)
+        if tag.startswith("blockIdx"):
+            for b in range(n):
+                inner = _Thread(_Block(), -1, th.env)
+                inner.env[iv.var] = np.array([b], dtype=np.int64)
+                yield from self._gen(s.body, inner)
+            return
+        if tag != "threadIdx.x":
+            raise NotImplementedError(f"emulator: launch over {tag}")
+        self.threads = n
+        self._run_block(s.body, th, iv.var, n)
+
+    def _run_block(self, body: Any, outer: _Thread, tvar: Any, n: int) -> None:
+        """All ``n`` threads of one block, barrier to barrier."""
+        block = outer.block
+        threads = []
+        for t in range(n):
+            th = _Thread(block, t, outer.env)
+            th.env[tvar] = np.array([t], dtype=np.int64)
+            threads.append(th)
+        gens: list[Iterator[Any] | None] = [self._gen(body, th) for th in threads]
+        replies: list[Any] = [None] * n
+        while any(g is not None for g in gens):
+            tokens: list[Any] = [None] * n
+            for t, g in enumerate(gens):
+                if g is None:
+                    continue
+                try:
+                    tokens[t] = g.send(replies[t]) if replies[t] is not None else next(g)
+                except StopIteration:
+                    gens[t] = None
+            live = [t for t in range(n) if gens[t] is not None]
+            if not live:
+                break
+            kinds = {tokens[t][0] for t in live}
+            if len(kinds) != 1:
+                self.problem(f"threads of a block disagree at a barrier/shuffle: {sorted(kinds)}")
+            if len(live) != n:
+                self.problem(f"{n - len(live)} threads exited while the others wait at a {kinds.pop()}")
+            replies = [None] * n
+            if kinds == {"sync"}:
+                for st in block.shared.values():
+                    st.new_epoch()
+            else:  # shuffle: each lane gets its xor partner's value
+                for t in live:
+                    _, _, off = tokens[t]
+                    replies[t] = tokens[(t // WARP) * WARP + ((t % WARP) ^ off)][1]
+
+
+@dataclass
+class _PtrBuf:
+    p: _Pointer
+
+
+def _fdiv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind in "iub" and b.dtype.kind in "iub":
+        return np.trunc(a / b).astype(np.int64)  # C division of ints
+    return a / b
+
+
+_BINARY = {
+    tirx.Add: lambda a, b: a + b,
+    tirx.Sub: lambda a, b: a - b,
+    tirx.Mul: lambda a, b: a * b,
+    tirx.Div: _fdiv,
+    tirx.Mod: lambda a, b: np.fmod(a, b),
+    tirx.FloorDiv: lambda a, b: np.floor_divide(a, b),
+    tirx.FloorMod: lambda a, b: np.mod(a, b),
+    tirx.Min: np.minimum,
+    tirx.Max: np.maximum,
+    tirx.EQ: lambda a, b: a == b,
+    tirx.NE: lambda a, b: a != b,
+    tirx.LT: lambda a, b: a < b,
+    tirx.LE: lambda a, b: a <= b,
+    tirx.GT: lambda a, b: a > b,
+    tirx.GE: lambda a, b: a >= b,
+    tirx.And: lambda a, b: a & b,
+    tirx.Or: lambda a, b: a | b,
+    tirx.BitwiseAnd: lambda a, b: a & b,
+    tirx.BitwiseOr: lambda a, b: a | b,
+    tirx.BitwiseXor: lambda a, b: a ^ b,
+    tirx.LShift: lambda a, b: a << b,
+    tirx.RShift: lambda a, b: a >> b,
+}
+
+
+def _f(fn: Any) -> Any:
+    def wrapped(*xs: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return fn(*xs)
+    return wrapped
+
+
+_MATH = {
+    "tirx.rsqrt": _f(lambda x: (1 / np.sqrt(x)).astype(x.dtype)),
+    "tirx.sqrt": _f(np.sqrt),
+    "tirx.exp": _f(np.exp),
+    "tirx.exp2": _f(np.exp2),
+    "tirx.log": _f(np.log),
+    "tirx.log2": _f(np.log2),
+    "tirx.fabs": _f(np.abs),
+    "tirx.tanh": _f(np.tanh),
+    "tirx.sigmoid": _f(lambda x: (1 / (1 + np.exp(-x))).astype(x.dtype)),
+    "tirx.floor": _f(np.floor),
+    "tirx.ceil": _f(np.ceil),
+    "tirx.pow": _f(np.power),
+    "tirx.fma": _f(lambda a, b, c: a * b + c),
+}
+
+# device functions of our headers used as values (tl/common.cuh): same results up to their stated error
+_EXTERN_MATH = {
+    "tl::fast_exp2": _f(np.exp2),  # ex2.approx.ftz.f32: relative error about 2^-22
+}
+
+_COMBINE = {"SumOp": lambda a, b: a + b, "MaxOp": lambda a, b: np.where(a > b, a, b),
+            "MinOp": lambda a, b: np.where(a < b, a, b)}
+
+
+def prepare(func: Any, arch: str = "sm_90") -> Any:
+    """The device-bound TIR of ``func``: our CUDA passes, then the statement-shaping TVM passes that
+    ``tilelang_core.backend.cuda.codegen`` runs before generating CUDA C (same order)."""
+    from tvm import s_tir
+
+    from tilelang_core.backend.cuda.codegen import lower
+
+    mod = lower(func, arch=arch)
+    target = tvm.target.Target({"kind": "cuda", "arch": arch})
+    host = tvm.target.Target("llvm") if tvm.runtime.enabled("llvm") else tvm.target.Target("c")
+    seq = tvm.ir.transform.Sequential([
+        s_tir.transform.LowerOpaqueBlock(),
+        tirx.transform.FlattenBuffer(),
+        tirx.transform.BF16ComputeLegalize(),
+        tirx.transform.NarrowDataType(32),
+        tirx.transform.VectorizeLoop(True),
+        tirx.transform.UnrollLoop(),
+        tirx.transform.StmtSimplify(),
+        tirx.transform.RemoveNoOp(),
+    ])
+    with tvm.transform.PassContext(opt_level=3):
+        mod = tvm.tirx.transform.BindTarget(target.with_host(host))(mod)
+        mod = seq(mod)
+    return mod["main"]
+
+
+def emulate(factory: Any, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[torch.Tensor],
+            arch: str = "sm_90") -> list[torch.Tensor]:
+    """Emulate ``factory(*args, **kwargs)`` (a ``@jit`` factory) for CUDA on CPU ``inputs``; returns the outputs
+    (the ``out_idx`` parameters), allocated filled with NaN (or the dtype's minimum) so unwritten elements show."""
+    from tilelang_core.jit import _normalize_out_idx, _param_specs
+
+    func = factory.get_program(*args, **kwargs)
+    specs = _param_specs(func)
+    outs = _normalize_out_idx(factory.out_idx, len(specs))
+    it = iter(inputs)
+    tensors, results = [], []
+    for i, sp in enumerate(specs):
+        if i in outs:
+            dt = getattr(torch, sp.dtype)
+            fill = float("nan") if dt.is_floating_point else torch.iinfo(dt).min
+            t = torch.full(sp.shape, fill, dtype=dt)
+            results.append(t)
+        else:
+            t = next(it)
+        tensors.append(t)
+    Emulator(func, arch).run(tensors)
+    return results
+
+
+def is_close_fraction(out: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float) -> float:
+    """The fraction of elements of ``out`` outside ``atol + rtol * |ref|`` (NaN counts as outside)."""
+    o, r = out.double(), ref.double()
+    bad = ~((o - r).abs() <= atol + rtol * r.abs())
+    return float(bad.double().mean()) if bad.numel() else 0.0
+
+
+__all__ = ["EmulationError", "Emulator", "emulate", "is_close_fraction", "prepare"]
