@@ -830,7 +830,7 @@ class LowerTileOpsCUDA(Rewriter):
     # -- print ---------------------------------------------------------------------------------------------
     def _lower_print(self, s: Any, args: list[Any]) -> Any:
         obj, msg = args[0], str(args[1].value)
-        prefix = (msg + " ") if msg else ""
+        prefix = (msg.replace("%", "%%") + " ") if msg else ""
         first = tirx.EQ(self.tid, 0)
         if isinstance(obj, tvm.ir.TensorRegion):
             r = Region.of(obj)
@@ -843,12 +843,20 @@ class LowerTileOpsCUDA(Rewriter):
                 idx = [m + x for m, x in zip(r.mins, co)]
                 fmt, v = _printf_arg(self.read(r.buffer, idx))
                 where = ", ".join(["%d"] * len(co))
-                return tirx.Evaluate(tirx.call_extern("int32", "printf", tvm.ir.StringImm(
+                return tirx.Evaluate(tirx.call_extern("int32", "printf", _c_literal(
                     f"{prefix}{r.buffer.name}[{where}] = {fmt}\n"), *co, v))
             return tirx.IfThenElse(first, self.nest([const_int(e) for e in r.extents], body, ForKind.SERIAL), None)
         fmt, v = _printf_arg(obj)
         return tirx.IfThenElse(first, tirx.Evaluate(tirx.call_extern("int32", "printf",
-                                                                     tvm.ir.StringImm(f"{prefix}{fmt}\n"), v)), None)
+                                                                     _c_literal(f"{prefix}{fmt}\n"), v)), None)
+
+
+def _c_literal(text: str) -> Any:
+    """A string argument for an extern call: TVM's CUDA codegen writes a StringImm between quotes as it is, so
+    backslashes, quotes and control characters are escaped here (a raw newline broke the CUDA build)."""
+    out = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+    out = "".join(c if c.isprintable() else f"\\{ord(c):03o}" for c in out)
+    return tvm.ir.StringImm(out)
 
 
 def _printf_arg(v: Any) -> tuple[str, Any]:

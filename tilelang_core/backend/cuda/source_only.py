@@ -7,9 +7,9 @@ our ``tl::`` templates, which it cannot find without our include path. On a mach
 source only. We want the source in both cases, and to compile it ourselves (nvcc or NVRTC, our flags, recorded).
 
 While :func:`source_only` is active the callback is replaced by one that records the source and returns a
-placeholder "PTX" (a comment, as bytes: TVM's runtime takes the compiled image as bytes), which TVM wraps into a module we never load; on exit the previous callback is put
-back, so other users of TVM in the process keep theirs. A lock serialises the override: the global function
-table is process-wide.
+placeholder image (a comment, as bytes: TVM's runtime takes the compiled image as bytes), which TVM wraps into a
+module we never load; on exit the previous callback is put back, so other users of TVM in the process keep theirs.
+A lock serialises the override: the global function table is process-wide.
 """
 
 from __future__ import annotations
