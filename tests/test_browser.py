@@ -41,7 +41,8 @@ def test_panel_slider_moved_with_the_keyboard_updates_the_plot(tmp_path):
     root.mkdir()
     nb = root / "02_tuning.ipynb"
     shutil.copy(ROOT / "notebooks" / "02_tuning.ipynb", nb)
-    set_parameters(nb, 'size = 256\nrows, cols = 512, 256\nsweep_grid = "block_M=64,128 block_N=64,128"')
+    set_parameters(nb, 'size = 256\nrows, cols = 512, 256\nsweep_grid = "block_M=64,128 block_N=64,128"\n'
+                       'target = "auto"')
     env = {"TILELANG_CORE_TUNING_DB": str(tmp_path / "tuning.sqlite3"), "PYTHONPATH": str(ROOT)}
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with JupyterLab(root, env=env, log=tmp_path / "jupyter.log") as lab, chromium_page() as page:
