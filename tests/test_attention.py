@@ -87,3 +87,14 @@ def test_float64_program_matches_sdpa_in_float64():
     kernel = fa.flash_attention(batch, heads, seq, dim, True, dtype="float64", accum_dtype="float64")
     q, k, v = (t.double() for t in qkv(batch, seq, heads, dim))
     torch.testing.assert_close(kernel(q, k, v), fa.reference(q, k, v, True), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_bf16_flash_attention_compiles_on_the_cpu_and_matches_sdpa(causal):
+    """The example in bf16 (Q K^T is a bf16 gemm with a transposed B) used to fail LLVM codegen on the CPU."""
+    batch, heads, seq, dim = 1, 2, 200, 64
+    kernel = fa.flash_attention(batch, heads, seq, dim, causal, dtype="bfloat16")
+    q, k, v = (x.bfloat16() for x in qkv(batch, seq, heads, dim))
+    out = kernel(q, k, v)
+    ref = fa.reference(q.float(), k.float(), v.float(), causal)
+    torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2)

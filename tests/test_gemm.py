@@ -194,6 +194,25 @@ def test_bf16_gemm_with_fp32_accumulation_matches_torch_fp32():
     torch.testing.assert_close(kernel(a, b), a.float() @ b.float(), rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("M,N,K,block_M,block_N,block_K,out_dtype", [
+    (256, 256, 256, 64, 64, 32, "bfloat16"),  # tiles multiples of the SIMD width: the register-transpose pack
+    (128, 96, 64, 64, 32, 32, "float32"),
+    (2, 128, 128, 2, 64, 64, "float32"),      # two rows of C: the dot-product (decode) kernel
+])
+def test_bf16_gemm_with_transposed_b_compiles_and_matches_torch(M, N, K, block_M, block_N, block_K, out_dtype):
+    """bf16 T.gemm(transpose_B=True) used to fail LLVM codegen (TVM's bf16 legalisation left bf16 loads bound to
+    variables): the B^T register transpose and the dot kernel's A vector now avoid it."""
+    kernel = matmul(M, N, K, block_M, block_N, block_K, trans_B=True, in_dtype="bfloat16", out_dtype=out_dtype)
+    a = torch.randn(M, K).bfloat16()
+    b = torch.randn(N, K).bfloat16()
+    ref = a.float() @ b.float().T
+    out = kernel(a, b)
+    if out_dtype == "bfloat16":
+        torch.testing.assert_close(out, ref.bfloat16(), rtol=1.6e-2, atol=1e-2)
+    else:
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+
+
 def test_float64_gemm_matches_torch_to_double_precision():
     M, N, K = 130, 70, 50
     kernel = matmul(M, N, K, 64, 32, 16, in_dtype="float64", out_dtype="float64", accum_dtype="float64")

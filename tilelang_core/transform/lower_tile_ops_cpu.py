@@ -245,7 +245,12 @@ class LowerTileOpsCPU(Rewriter):
         self.bind_loop(n0, 0, N // L)
         self.bind_loop(k0, 0, K // L)
         loads = [tirx.BufferLoad(b.buffer, _ramp_last(indices_at(b, db, [n0 * L + r, k0 * L]), L)) for r in range(L)]
-        stmts, cols = _register_transpose(loads, f"{b.buffer.dtype}x{L}")
+        pre: list[Any] = []
+        if _is_bf16(b.buffer.dtype):
+            loads, pre = _stage_bf16_rows(loads, L)
+        stmts, cols = _register_transpose(loads, dtype_of(loads[0]))
+        stmts = pre + stmts
+        cols = [_cast(col, f"{b.buffer.dtype}x{L}") for col in cols]
         for c in range(L):  # cols[c] holds column c of the block
             stmts.append(tirx.BufferStore(bp, cols[c], [k0 * L + c, tirx.Ramp(n0 * L, 1, L)]))
         return make_for(n0, N // L, make_for(k0, K // L, seq(stmts)), span=span)
@@ -282,8 +287,12 @@ class LowerTileOpsCPU(Rewriter):
         zero = tirx.Broadcast(tirx.const(0, acc), L)
         init = [tirx.BufferStore(buf, zero, [lane]) for buf, _ in regs]
         a_vec = vec(tirx.BufferLoad(a.buffer, _ramp_last(indices_at(a, da, [i, k0 * L]), L)))
-        av = tvm.ir.Var("a_vec", vdt)
-        fma = [tirx.Bind(av, a_vec)] + [
+        if _is_bf16(a.buffer.dtype):  # see _stage_bf16_rows: no bf16 load under a Bind; LLVM CSEs the copies
+            av, bind_av = a_vec, []
+        else:
+            av = tvm.ir.Var("a_vec", vdt)
+            bind_av = [tirx.Bind(av, a_vec)]
+        fma = bind_av + [
             tirx.BufferStore(buf, tirx.BufferLoad(buf, [lane]) + av * vec(tirx.BufferLoad(
                 b.buffer, _ramp_last(indices_at(b, db, [jo * L + r, k0 * L]), L))), [lane])
             for r, (buf, _) in enumerate(regs)]
@@ -440,6 +449,25 @@ class LowerTileOpsCPU(Rewriter):
 def _ramp_last(idx: list[Any], lanes: int) -> list[Any]:
     """``idx`` with its last (contiguous) index widened to ``lanes`` consecutive elements."""
     return list(idx[:-1]) + [tirx.Ramp(idx[-1], 1, lanes)]
+
+
+def _is_bf16(dtype: str) -> bool:
+    return tvm.DataType(dtype).type_code == tvm.DataTypeCode.BFLOAT
+
+
+def _stage_bf16_rows(loads: list[Any], L: int) -> tuple[list[Any], list[Any]]:
+    """Widen L bf16 row loads into a float32 staging array; returns (loads of it, the staging statements).
+
+    TVM's BF16ComputeLegalize replaces local bf16 buffers by float32 ones but leaves a load sitting in a
+    ``Bind`` value pointing at the buffer it replaced (LLVM codegen then fails: "Load/Store of buffer ...
+    occurred before its declaration", or Bind's ``value->ty == var->ty`` check when the row is bound as bf16).
+    Staged through a BufferStore the loads are legalised; the float32 transpose is exact, and LLVM keeps the
+    small staging array in registers.
+    """
+    stage, alloc = _alloc([L * L], "float32", "B_rows")
+    lane = [tirx.Ramp(tirx.IntImm("int32", r * L), 1, L) for r in range(L)]
+    stmts = [alloc] + [tirx.BufferStore(stage, tirx.Cast(f"float32x{L}", e), [lane[r]]) for r, e in enumerate(loads)]
+    return [tirx.BufferLoad(stage, [lane[r]]) for r in range(L)], stmts
 
 
 def _register_transpose(rows: list[Any], vdt: str) -> tuple[list[Any], list[Any]]:
