@@ -65,9 +65,54 @@ def test_fast_exp2_handles_infinities_and_extremes():
     tiny = ref[:, :2].abs() < 2.0**-126  # below float32's normal range results may flush to zero
     assert ((y[:, :2] - ref[:, :2]).abs()[tiny] <= 2.0**-126).all()
     torch.testing.assert_close(y[:, 0][~tiny[:, 0]], ref[:, 0][~tiny[:, 0]], rtol=2e-6, atol=0)
-    # exp(x) = exp2(x * log2(e)): rounding the product costs up to |x| * 2^-24 relative error
     torch.testing.assert_close(y[:, 1][~tiny[:, 1]], ref[:, 1][~tiny[:, 1]], rtol=1e-5, atol=0)
     torch.testing.assert_close(y[:, 2], ref[:, 2], rtol=1e-5, atol=1e-37)
+
+
+@pytest.mark.parametrize("lo,hi", [(88.0, 88.7228), (127.0, 127.99999), (-1.0, 1.0), (-103.0, -80.0),
+                                   (-150.0, -120.0)], ids=["exp-top", "exp2-top", "unit", "exp-low", "exp2-low"])
+def test_fast_exp_is_finite_wherever_float32_is_and_within_an_ulp(lo, hi):
+    """exp(x) for x up to 88.72 and exp2(x) up to 128 are finite in float32; the fast exp used to give inf from
+    88.38 and 127.5 (2^n with n = 128 overflowed before the polynomial's factor < 1 was applied). Also accurate
+    near the top: the argument is reduced with ln(2) in two parts, not by rounding x * log2(e)."""
+    n = 4096
+    x = lo + (hi - lo) * torch.rand(n)
+    x[:2] = torch.tensor([lo, hi])
+    y = exponentials(n)(x)
+    for col, fn in ((0, torch.exp2), (1, torch.exp)):
+        ref = fn(x.double()).float()
+        finite = torch.isfinite(ref)
+        assert torch.isfinite(y[:, col][finite]).all(), fn.__name__
+        torch.testing.assert_close(y[:, col], ref, rtol=2.5e-7, atol=3e-45)  # 1 ulp; 2 subnormal steps
+    torch.testing.assert_close(y[:, 2], torch.sigmoid(x), rtol=5e-7, atol=3e-45)
+
+
+def test_fast_exp_exp2_and_sigmoid_of_nan_are_nan():
+    """The clamp in the fast exp turned NaN into +inf: exp(NaN) = inf, sigmoid(NaN) = 0."""
+    x = torch.randn(256) * 20
+    x[[0, 7, 100, 255]] = math.nan
+    x[1], x[2] = math.inf, -math.inf
+    y = exponentials(256)(x)
+    ref = torch.stack([torch.exp2(x), torch.exp(x), torch.sigmoid(x)], dim=1)
+    assert y[[0, 7, 100, 255]].isnan().all()
+    torch.testing.assert_close(y, ref, rtol=5e-7, atol=3e-45, equal_nan=True)
+
+
+def test_softmax_row_holding_a_nan_is_nan_like_torch():
+    """A row with a NaN became zeros (exp2(NaN) was +inf, then inf / inf ... ) instead of torch's NaN row."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "softmax.py"
+    spec = importlib.util.spec_from_file_location("tl_example_softmax_nan", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    x = torch.randn(8, 256)
+    x[3, 17] = math.nan
+    y = example.softmax(8, 256)(x)
+    ref = torch.softmax(x, dim=-1)
+    assert y[3].isnan().all()
+    torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 def test_exp2_in_float64_keeps_libm_accuracy():

@@ -3,10 +3,17 @@
 TVM lowers ``T.exp`` to ``llvm.exp``, which LLVM can only scalarise into ``expf`` calls inside a vector loop
 (no vector math library is wired in), so a softmax would run one lane at a time. Here ``exp2(x)`` is computed
 as ``2^n * p(f)`` with ``n = round(x)``, ``f = x - n`` in [-0.5, 0.5] and ``p`` the degree-7 Taylor polynomial
-of ``2^f`` (relative error below 2e-8, under float32 rounding), ``2^n`` built by writing ``n + 127`` into the
-exponent bits. Every step is a plain arithmetic op, so the loop vectorises. Inputs are clamped to
-[-126, 128): results below 2^-126 flush to zero (no subnormals) and above overflow to +inf as usual.
-``exp(x) = exp2(x * log2(e))``; sigmoid is rewritten to use it too. float64 and half types keep the libm call.
+of ``2^f`` (relative error below 2e-8, under float32 rounding). ``exp(x)`` takes ``n = round(x * log2(e))`` and
+the reduced argument ``r = x - n * ln(2)`` in two parts (Cody-Waite: ``n * LN2_HI`` is exact), so rounding
+``x * log2(e)`` costs nothing at large ``|x|``; ``p`` is then the degree-7 Taylor polynomial of ``e^r``.
+Every step is a plain arithmetic op, so the loop vectorises.
+
+``2^n`` is applied as two factors ``2^(n >> 1) * 2^(n - (n >> 1))``, each built by writing its exponent into the
+float bits: a single factor could not represent ``2^128``, which ``x`` in [127.5, 128) (exp2) or [88.38, 88.72]
+(exp) needs with ``p < 1`` to give a finite result, nor the subnormal range. Inputs are clamped so both factors
+stay normal: results overflow to +inf exactly where float32 does, and go gradually through the subnormals to
+zero. A NaN input gives NaN (the clamp alone would turn it into +inf). sigmoid is rewritten to
+``1 / (1 + exp(-x))`` on the same exp. float64 and half types keep the libm call.
 """
 
 from __future__ import annotations
@@ -20,25 +27,55 @@ from tvm import tirx
 
 from ..language._ir import dtype_of
 
-_COEFFS = [math.log(2) ** k / math.factorial(k) for k in range(8)]
+_COEFFS_EXP2 = [math.log(2) ** k / math.factorial(k) for k in range(8)]
+_COEFFS_EXP = [1.0 / math.factorial(k) for k in range(8)]
 _LOG2E = 1.0 / math.log(2)
+_LN2_HI = 0.693359375  # 8 significant bits: n * _LN2_HI is exact in float32 for |n| <= 2^15
+_LN2_LO = math.log(2) - _LN2_HI
 
 
 def _f32(v: float) -> Any:
     return tirx.const(v, "float32")
 
 
-def fast_exp2_f32(x: Any) -> Any:
-    x = tirx.max(tirx.min(x, _f32(128.0)), _f32(-127.0))
-    n = tirx.floor(x + _f32(0.5))
-    f = x - n
-    p = _f32(_COEFFS[-1])
-    for c in reversed(_COEFFS[:-1]):
+def _i32(v: int) -> Any:
+    return tirx.const(v, "int32")
+
+
+def _poly(coeffs: list[float], f: Any) -> Any:
+    p = _f32(coeffs[-1])
+    for c in reversed(coeffs[:-1]):
         p = p * f + _f32(c)
+    return p
+
+
+def _times_pow2(p: Any, n: Any) -> Any:
+    """``p * 2^n`` for an integral float ``n`` in [-151, 128], as two normal power-of-two factors."""
     ni = tirx.Cast("int32", n)
-    # 2^n for n in [-127, 128]: n == -127 gives exponent 0 (zero), n == 128 gives exponent 255 (inf)
-    scale = tirx.reinterpret("float32", tirx.shift_left(ni + tirx.const(127, "int32"), tirx.const(23, "int32")))
-    return p * scale
+    half = tirx.shift_right(ni, _i32(1))
+
+    def pow2(e: Any) -> Any:  # e in [-76, 64]: a normal float
+        return tirx.reinterpret("float32", tirx.shift_left(e + _i32(127), _i32(23)))
+
+    return p * pow2(half) * pow2(ni - half)
+
+
+def _nan_passes(x: Any, result: Any) -> Any:
+    return tirx.Select(tirx.isnan(x), x, result)
+
+
+def fast_exp2_f32(x: Any) -> Any:
+    xc = tirx.max(tirx.min(x, _f32(128.0)), _f32(-151.0))
+    n = tirx.floor(xc + _f32(0.5))
+    return _nan_passes(x, _times_pow2(_poly(_COEFFS_EXP2, xc - n), n))
+
+
+def fast_exp_f32(x: Any) -> Any:
+    # exp(88.8) overflows and exp(-104) is below half the smallest subnormal: the clamp changes no result
+    xc = tirx.max(tirx.min(x, _f32(88.8)), _f32(-104.0))
+    n = tirx.floor(xc * _f32(_LOG2E) + _f32(0.5))
+    r = (xc - n * _f32(_LN2_HI)) - n * _f32(_LN2_LO)
+    return _nan_passes(x, _times_pow2(_poly(_COEFFS_EXP, r), n))
 
 
 def _rewrite(call: Any) -> Any:
@@ -49,8 +86,8 @@ def _rewrite(call: Any) -> Any:
     if op == "tirx.exp2":
         return fast_exp2_f32(x)
     if op == "tirx.exp":
-        return fast_exp2_f32(x * _f32(_LOG2E))
-    return _f32(1.0) / (_f32(1.0) + fast_exp2_f32(-x * _f32(_LOG2E)))
+        return fast_exp_f32(x)
+    return _f32(1.0) / (_f32(1.0) + fast_exp_f32(-x))
 
 
 def fast_exp_cpu(func: tirx.PrimFunc) -> tirx.PrimFunc:
