@@ -141,6 +141,19 @@ class JITKernel:
         tdesc = f"{tgt.get('kind')} ({tgt.get('mcpu', tgt.get('arch', ''))})"
         return (f"<JITKernel {self.name}({cfg}) target={tdesc} inputs=[{ins}] outputs=[{outs}] {how}>")
 
+    # -- copying and pickling ------------------------------------------------------------------------------
+    # Serialising the kernel's TVM program and loaded library used to segfault the interpreter; refuse instead.
+    _NOT_SERIALISABLE = ("a JITKernel cannot be {what}: it holds a loaded native library and the TVM program. "
+                         "Keep using the same object (a kernel is not changed by calls), call the @jit factory "
+                         "again with the same arguments (served from the cache), or use kernel.export(path) for "
+                         "a standalone module")
+
+    def __reduce__(self) -> Any:  # pickle, copy.copy
+        raise TypeError(self._NOT_SERIALISABLE.format(what="pickled or copied"))
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        raise TypeError(self._NOT_SERIALISABLE.format(what="deep-copied"))
+
 
 def _derived_cuda_source(artifact: Artifact, kind: str) -> str | None:
     """PTX (recompiled from the stored CUDA C with the build's compiler) or SASS (disassembled from the cubin) of a
