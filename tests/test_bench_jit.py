@@ -1,8 +1,8 @@
 """The GPU bench's @jit path (bench/gpu/jit_build.py, run.py, compile_time.py), exercised without a GPU.
 
 Why: on the GPU host these scripts compile every kernel in-process and must say truthfully how each was obtained.
-The kernel cache keys do not include the compiler switches of ``Entry.env``, so an entry with switches must never
-be handed the kernel built without them; the quick subset must name entries that exist; the compile-time table
+An entry's compiler options (``Entry.pass_configs``) reach ``@jit(pass_configs=...)`` and its kernel, never the
+kernel built without them; the quick subset must name entries that exist; the compile-time table
 must apply the 1.0 s goal to the cold total.
 """
 
@@ -26,7 +26,7 @@ def test_quick_subset_names_existing_entries_of_every_headline_group():
     assert all(n in by_name for n in kernels.QUICK)
     groups = {by_name[n].bench for n in kernels.QUICK}
     assert groups >= {"gemm", "attention", "dequant", "gemv", "add", "softmax", "rmsnorm", "launch"}
-    assert not any(by_name[n].env for n in kernels.QUICK)  # the defaults users get
+    assert not any(by_name[n].pass_configs for n in kernels.QUICK)  # the defaults users get
 
 
 def test_keep_filters_like_only_and_skip():
@@ -35,12 +35,20 @@ def test_keep_filters_like_only_and_skip():
     assert not kernels.keep("gemm_f16_x", quick=True) and kernels.keep(kernels.QUICK[0], quick=True)
 
 
-def test_entries_with_compiler_switches_get_their_own_cache_folder(tmp_path):
-    assert jit_build.env_cache_dir(tmp_path, {}) == tmp_path
-    unfused = {"TILELANG_CORE_CUDA_FUSED_GEMM": "0"}
-    a = jit_build.env_cache_dir(tmp_path, unfused)
-    b = jit_build.env_cache_dir(tmp_path, {"TILELANG_CORE_CUDA_SPLIT_K": "4"})
-    assert a != b and a.parent == tmp_path and a == jit_build.env_cache_dir(tmp_path, dict(unfused))
+def test_entry_options_are_valid_pass_configs_and_reach_the_factory():
+    from tilelang_core.pass_config import resolve
+
+    with_opts = [e for e in kernels.entries() if e.pass_configs]
+    assert with_opts and {k for e in with_opts for k in e.pass_configs} >= {"tl.cuda.fused_gemm",
+                                                                            "tl.cuda.fuse_dequant"}
+    for e in with_opts:
+        resolve(e.pass_configs)  # raises on an unknown key or a bad value
+    e = next(e for e in with_opts if e.name == "quickstart_f16_unfused")
+    shared: dict = {}
+    f = jit_build._factory(e, {"kind": "cuda", "arch": "sm_90"}, shared)
+    assert f.pass_configs.explicit() == {"tl.cuda.fused_gemm": False}
+    plain = next(x for x in kernels.entries() if x.name == "quickstart_f16_1024")
+    assert jit_build._factory(plain, {"kind": "cuda", "arch": "sm_90"}, shared) is not f
 
 
 def test_environ_restores_previous_values(monkeypatch):

@@ -56,11 +56,12 @@ KERNELS = [
 SM80 = {"quickstart_f16", "quickstart_f32", "softmax", "rmsnorm_ragged", "gemv_ragged", "add_tiled_ragged"}
 
 
-def _build(factory, args, kwargs, out: Path, arch: str = "sm_90", compile_cubin: bool = True):
+def _build(factory, args, kwargs, out: Path, arch: str = "sm_90", compile_cubin: bool = True, pass_configs=None):
     func = factory.get_program(*args, **kwargs)
     specs = _param_specs(func)
     outs = _normalize_out_idx(factory.out_idx, len(specs))
-    return build_artifact(func, out, {"kind": "cuda", "arch": arch}, specs, outs, compile_cubin=compile_cubin)
+    return build_artifact(func, out, {"kind": "cuda", "arch": arch}, specs, outs, compile_cubin=compile_cubin,
+                          pass_configs=pass_configs)
 
 
 # -- codegen + nvcc ----------------------------------------------------------------------------------------------
@@ -428,14 +429,14 @@ def test_streaming_rewrite_touches_loads_only_not_addresses_or_other_tensors():
 
 
 @needs_nvcc
-def test_streaming_loads_compile_and_can_be_switched_off(tmp_path, monkeypatch):
+def test_streaming_loads_compile_and_can_be_switched_off(tmp_path):
     (tmp_path / "on").mkdir()
     (tmp_path / "off").mkdir()
     art = _build(gemv.gemv, (1000, 1030), {"dtype": "float16"}, tmp_path / "on")  # ragged: scalar and vector forms
     src = (tmp_path / "on" / art.sources["cuda"]).read_text()
     assert "__ldcs(&A_ptr[" in src and "__ldcs((const " in src
-    monkeypatch.setenv("TILELANG_CORE_CUDA_STREAMING_LOADS", "0")
-    art = _build(gemv.gemv, (1000, 1030), {"dtype": "float16"}, tmp_path / "off", compile_cubin=False)
+    art = _build(gemv.gemv, (1000, 1030), {"dtype": "float16"}, tmp_path / "off", compile_cubin=False,
+                 pass_configs={"tl.cuda.streaming_loads": False})
     assert "__ldcs" not in (tmp_path / "off" / art.sources["cuda"]).read_text()
 
 
@@ -476,7 +477,7 @@ def test_w4a16_unpack_nest_is_fused_into_the_tensor_core_gemm(tmp_path):
     src = (tmp_path / art.sources["cuda"]).read_text()
     # decode tile (one warp row): the weights go global -> registers, double-buffered across k iterations, the
     # first tile's loads issued before the loop (ahead of the A pipeline's prologue)
-    assert "tl::gemm_dq4g<16, 64, 256, 4, 9, 25608, 54400, 2, 2, 0, 512, 128, 1>" in src
+    assert "tl::gemm_dq4g<16, 64, 256, 4, 9, 25608, 54400, 2, 2, 512, 128, 1>" in src
     assert "dq_wbuf_ptr" in src and "B_packed" not in src
     pre = src.index("tl::gemm_dq4g_prefetch<64, 256, 4, 512, 128, 1>(")
     assert pre < src.index("tl::cp_async_16(") < src.index("for (int k")
@@ -487,11 +488,11 @@ def test_w4a16_unpack_nest_is_fused_into_the_tensor_core_gemm(tmp_path):
 
 
 @needs_nvcc
-def test_w4a16_weights_can_be_staged_through_shared_memory(tmp_path, monkeypatch):
-    """TILELANG_CORE_CUDA_DQ4_DIRECT=0: the program's own schedule (packed tile copied to shared memory)."""
-    monkeypatch.setenv("TILELANG_CORE_CUDA_DQ4_DIRECT", "0")
+def test_w4a16_weights_can_be_staged_through_shared_memory(tmp_path):
+    """pass_configs tl.cuda.dq4_direct=False: the program's own schedule (packed tile copied to shared memory)."""
     art = _build(dequant_gemm.dequant_gemm, (16, 1024, 1024, 128),
-                 {"block_M": 16, "block_N": 64, "block_K": 256, "num_stages": 3, "dtype": "float16"}, tmp_path)
+                 {"block_M": 16, "block_N": 64, "block_K": 256, "num_stages": 3, "dtype": "float16"}, tmp_path,
+                 pass_configs={"tl.cuda.dq4_direct": False})
     src = (tmp_path / art.sources["cuda"]).read_text()
     assert "tl::gemm_dq4<16, 64, 256, 1, 4," in src and "gemm_dq4g" not in src
     assert art.extra["cuda"]["dyn_smem"] == 3 * (16 * 256 * 2 + 64 * 128)  # A and packed B stages; no fp16 B tile
@@ -509,7 +510,7 @@ def test_per_channel_scales_are_loaded_once_before_the_k_loop(tmp_path):
 
 
 @needs_nvcc
-def test_per_channel_scales_multiply_the_accumulators_not_every_weight(tmp_path, monkeypatch):
+def test_per_channel_scales_multiply_the_accumulators_not_every_weight(tmp_path):
     """Per-channel scales on the direct path: the mma takes q - z and each call scales its fp32 partial sums (NC = 0),
     two scales per 8-column atom (the thread's two accumulator columns); the program's per-weight rounding is one
     switch away."""
@@ -520,9 +521,9 @@ def test_per_channel_scales_multiply_the_accumulators_not_every_weight(tmp_path,
     assert "half dq_scale_ptr[4];" in src  # NT = 2 atoms x 2 columns
     assert "((((int)threadIdx.x) & 3) * 2)) + 1)]" in src  # column 2 q + 1 of the atom
     assert _ptxas_spills(art) == 0
-    monkeypatch.setenv("TILELANG_CORE_CUDA_DQ4_LATE_SCALE", "0")
     (tmp_path / "rounded").mkdir()
-    art = _build(dequant_gemm.dequant_gemm, (16, 1024, 2048, -1), cfg, tmp_path / "rounded", compile_cubin=False)
+    art = _build(dequant_gemm.dequant_gemm, (16, 1024, 2048, -1), cfg, tmp_path / "rounded", compile_cubin=False,
+                 pass_configs={"tl.cuda.dq4_late_scale": False})
     src = (tmp_path / "rounded" / art.sources["cuda"]).read_text()
     assert "tl::gemm_dq4g<16, 64, 256, 4, 9, 25608, 54400, 1," in src and "half dq_scale_ptr[2];" in src
 
@@ -551,18 +552,18 @@ def test_wide_m_tiles_keep_the_weights_in_shared_memory(tmp_path):
 
 
 @needs_nvcc
-def test_w4a16_fusion_can_be_switched_off(tmp_path, monkeypatch):
-    monkeypatch.setenv("TILELANG_CORE_CUDA_FUSE_DEQUANT", "0")
-    art = _build(dequant_gemm.dequant_gemm, (16, 1024, 1024, 128), {"dtype": "float16"}, tmp_path)
+def test_w4a16_fusion_can_be_switched_off(tmp_path):
+    art = _build(dequant_gemm.dequant_gemm, (16, 1024, 1024, 128), {"dtype": "float16"}, tmp_path,
+                 pass_configs={"tl.cuda.fuse_dequant": False})
     src = (tmp_path / art.sources["cuda"]).read_text()
     assert "gemm_dq4" not in src and "tl::gemm_ss<" in src
 
 
-def _build_split_k_decode(tmp_path, compile_cubin: bool = True):
+def _build_split_k_decode(tmp_path, compile_cubin: bool = True, pass_configs=None):
     """W4A16 at 16 x 1024 x 8192, 128-wide tiles: 8 blocks and a long K loop, so the pass splits K."""
     return _build(dequant_gemm.dequant_gemm, (16, 1024, 8192, -1),
                   {"block_M": 16, "block_N": 128, "block_K": 256, "num_stages": 3, "dtype": "float16"}, tmp_path,
-                  compile_cubin=compile_cubin)
+                  compile_cubin=compile_cubin, pass_configs=pass_configs)
 
 
 @needs_nvcc
@@ -584,9 +585,8 @@ def test_small_grid_long_k_dequant_gemm_splits_k_through_a_global_workspace(tmp_
 
 
 @needs_nvcc
-def test_split_k_can_reduce_through_a_cluster_instead(tmp_path, monkeypatch):
-    monkeypatch.setenv("TILELANG_CORE_CUDA_SPLIT_K_REDUCE", "cluster")
-    art = _build_split_k_decode(tmp_path)
+def test_split_k_can_reduce_through_a_cluster_instead(tmp_path):
+    art = _build_split_k_decode(tmp_path, pass_configs={"tl.cuda.split_k_reduce": "cluster"})
     src = (tmp_path / art.sources["cuda"]).read_text()
     assert art.extra["cuda"]["grid"] == [8, 1, 8]
     assert "__cluster_dims__(1, 1, 8)" in src and "tl::cluster_splitk_reduce<" in src
@@ -638,19 +638,18 @@ def test_register_estimate_tracks_ptxas_for_the_decode_tiles():
 
 
 @needs_nvcc
-def test_split_k_can_be_switched_off(tmp_path, monkeypatch):
-    monkeypatch.setenv("TILELANG_CORE_CUDA_SPLIT_K", "1")
-    art = _build_split_k_decode(tmp_path)
+def test_split_k_can_be_switched_off(tmp_path):
+    art = _build_split_k_decode(tmp_path, pass_configs={"tl.cuda.split_k": 1})
     assert art.extra["cuda"]["grid"] == [8, 1, 1]
     assert "__cluster_dims__" not in (tmp_path / art.sources["cuda"]).read_text()
 
 
 @needs_nvcc
-def test_scalar_temporaries_inside_t_parallel_do_not_serialise_the_nest(tmp_path, monkeypatch):
+def test_scalar_temporaries_inside_t_parallel_do_not_serialise_the_nest(tmp_path):
     """``q = ...`` inside a T.Parallel body is private to one iteration: the nest is still split over threads."""
-    monkeypatch.setenv("TILELANG_CORE_CUDA_FUSE_DEQUANT", "0")
     art = _build(dequant_gemm.dequant_gemm, (16, 1024, 1024, -1),
-                 {"block_M": 16, "block_N": 64, "block_K": 128, "num_stages": 2, "dtype": "float16"}, tmp_path)
+                 {"block_M": 16, "block_N": 64, "block_K": 128, "num_stages": 2, "dtype": "float16"}, tmp_path,
+                 pass_configs={"tl.cuda.fuse_dequant": False})
     src = (tmp_path / art.sources["cuda"]).read_text()
     # 64 x 128 unpacked weights over 128 threads: 64 per thread, not the whole 8192-element tile
     assert src.count("q_ptr") < 400

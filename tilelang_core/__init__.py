@@ -17,6 +17,7 @@ _LAZY = {
     "trace": ("tilelang_core.trace", None),  # a package you can also call: tilelang_core.trace(kernel)
     "autotune": ("tilelang_core.autotune", None),  # likewise: @tilelang_core.autotune(configs=...)
     "machine": ("tilelang_core.machine", None),
+    "PassConfigKey": ("tilelang_core.pass_config", "PassConfigKey"),
 }
 
 from .errors import (  # noqa: E402  (light)

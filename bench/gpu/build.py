@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import time
@@ -51,8 +50,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and not any(s in entry.name for s in args.only):
             continue
         t0 = time.perf_counter()
-        saved = {k: os.environ.get(k) for k in entry.env}
-        os.environ.update(entry.env)
         try:
             factory = load_factory(entry)
             func = factory.get_program(*entry.args, **entry.kwargs)
@@ -62,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             if d.exists():
                 shutil.rmtree(d)
             d.mkdir(parents=True)
-            art = build_artifact(func, d, {"kind": "cuda", "arch": args.arch}, specs, outs, name=entry.name)
+            art = build_artifact(func, d, {"kind": "cuda", "arch": args.arch}, specs, outs, name=entry.name,
+                                 pass_configs=entry.pass_configs or None)
             rec = asdict(entry)
             rec["dir"] = entry.name
             rec["cuda"] = {k: v for k, v in art.extra["cuda"].items() if k != "ptxas_info"}
@@ -75,12 +73,6 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # noqa: BLE001 - report every failure, keep building the rest
             failures += 1
             print(f"FAILED {entry.name}: {type(e).__name__}: {str(e)[:2000]}")
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
     manifest["arch"] = args.arch
     manifest["entries"] = list(by_name.values())
     manifest_path.write_text(json.dumps(manifest, indent=1))

@@ -1,30 +1,31 @@
 """Diagnose a W4A16 disagreement seen in notebook 04 on the H200 (16x512x1024, group 128, default tiles: 13 of
 8192 outputs off by up to 0.26): the kernel through @jit against the float64 product of the weights as the program
 forms them (fp16 (q - 8) * scale), several random draws, the worst elements named, under each compiler variant
-given on the command line as KEY=VALUE environment settings (each variant in its own process and cache).
+given on the command line as a ``pass_configs`` entry KEY=VALUE (a Python literal: True, 4, 'cluster'; the options
+are part of the kernel cache key, so the variants share one process and one cache).
 
-    python bench/gpu/diag_w4a16.py [M N K GROUP] [--env 'TILELANG_CORE_CUDA_SPLIT_K=1' ...]
+    python bench/gpu/diag_w4a16.py [M N K GROUP] [--pass-config 'tl.cuda.split_k=1' ...]
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
+import ast
 import sys
-import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def one(M: int, N: int, K: int, gs: int, draws: int = 6) -> None:
+def one(M: int, N: int, K: int, gs: int, draws: int = 6, pass_configs: dict[str, Any] | None = None) -> None:
     import torch
 
     sys.path.insert(0, str(ROOT))
     import tilelang_core as tilelang
     from examples import dequant_gemm as dq
 
-    kernel = tilelang.jit(out_idx=[-1], target="cuda")(dq.dequant_gemm.factory)(M, N, K, gs, dtype="float16")
+    kernel = tilelang.jit(out_idx=[-1], target="cuda", pass_configs=pass_configs)(dq.dequant_gemm.factory)(
+        M, N, K, gs, dtype="float16")
     src = kernel.get_kernel_source()
     grid = kernel.artifact.extra["cuda"]["grid"]
     print(f"  fused={'gemm_dq4' in src} splitk={'splitk_global_reduce' in src} grid={grid}")
@@ -58,18 +59,13 @@ def one(M: int, N: int, K: int, gs: int, draws: int = 6) -> None:
 
 def main() -> None:
     args = [a for a in sys.argv[1:]]
-    envs = [a.split("=", 1) for i, a in enumerate(args) if i > 0 and args[i - 1] == "--env"]
-    nums = [int(a) for a in args if a.lstrip("-").isdigit()]
+    opts = [a.split("=", 1) for i, a in enumerate(args) if i > 0 and args[i - 1] == "--pass-config"]
+    nums = [int(a) for i, a in enumerate(args)
+            if a.lstrip("-").isdigit() and (i == 0 or args[i - 1] != "--pass-config")]
     M, N, K, gs = nums if len(nums) == 4 else (16, 512, 1024, 128)
-    if os.environ.get("_DIAG_CHILD"):
-        one(M, N, K, gs)
-        return
-    for env in [None, *envs]:
-        e = {**os.environ, "_DIAG_CHILD": "1", "TILELANG_CORE_CACHE_DIR": tempfile.mkdtemp()}
-        if env:
-            e[env[0]] = env[1]
-        print(f"== {M}x{N}x{K} g{gs} {'default' if env is None else '='.join(env)}", flush=True)
-        subprocess.run([sys.executable, __file__, str(M), str(N), str(K), str(gs)], env=e)
+    for opt in [None, *opts]:
+        print(f"== {M}x{N}x{K} g{gs} {'default' if opt is None else '='.join(opt)}", flush=True)
+        one(M, N, K, gs, pass_configs=None if opt is None else {opt[0]: ast.literal_eval(opt[1])})
 
 
 if __name__ == "__main__":

@@ -14,19 +14,15 @@ one after the other takes ~4 minutes on 2 cores, most of it in nvcc, so the comp
   there; lowering shares the GIL).
 * ``serial`` (``workers == 0``): one at a time in this process.
 
-Two things of the kernel cache matter here (neither is changed: the compiler is not ours to edit). Its keys (disk
-and memory) do not include the compiler switches of ``Entry.env`` (``TILELANG_CORE_CUDA_*``, read by the passes),
-so an entry with switches gets a disk-cache folder of its own (``<cache>/env-<hash>``) and a fresh ``JITFactory``
-(an empty memory cache), or it would be handed the kernel built without them. And ``os.environ`` is per process:
-switches are set around a compile only where nothing else compiles at the same time (a worker process, or the
-GPU process after its threads are done).
+An entry's compiler options (``Entry.pass_configs``) go to ``@jit(pass_configs=...)``, as a user would write them;
+they are part of the kernel cache's keys (disk and memory), so every entry shares the one cache folder and any
+pool (no environment variable is switched around a compile).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import multiprocessing
 import os
@@ -74,18 +70,10 @@ def default_workers() -> int:
     return max(1, min(16, n - 1))
 
 
-def env_cache_dir(base: Path, env: dict[str, str]) -> Path:
-    """The disk-cache folder of an entry: ``base`` itself, or a folder per set of compiler switches (the cache key
-    does not include them)."""
-    if not env:
-        return base
-    digest = hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()[:12]
-    return base / f"env-{digest}"
-
-
 @contextlib.contextmanager
 def environ(values: dict[str, str]) -> Iterator[None]:
-    """Set environment variables for the block, restoring the previous values after it (one thread only)."""
+    """Set environment variables for the block (the cache folder, for compile_time.py's cold caches), restoring
+    the previous values after it (one thread only)."""
     saved = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     try:
@@ -99,16 +87,15 @@ def environ(values: dict[str, str]) -> Iterator[None]:
 
 
 def _factory(entry: Entry, target: dict[str, Any], shared: dict[tuple, Any]) -> Any:
-    """The entry's factory under ``@jit(target=target)``: shared per (module, factory) so repeated arguments hit the
-    memory cache as they would for a user; a fresh one for an entry with compiler switches (see the module doc)."""
+    """The entry's factory under ``@jit(target=target, pass_configs=entry.pass_configs)``: shared per (module,
+    factory, options) so repeated arguments hit the memory cache as they would for a user."""
     import tilelang_core
 
     base = load_factory(entry)
-    if entry.env:
-        return tilelang_core.jit(out_idx=base.out_idx, target=target)(base.factory)
-    key = (entry.module, entry.factory)
+    key = (entry.module, entry.factory, json.dumps(entry.pass_configs, sort_keys=True))
     if key not in shared:
-        shared[key] = tilelang_core.jit(out_idx=base.out_idx, target=target)(base.factory)
+        shared[key] = tilelang_core.jit(out_idx=base.out_idx, target=target,
+                                        pass_configs=entry.pass_configs or None)(base.factory)
     return shared[key]
 
 
@@ -125,13 +112,9 @@ def jit_obtain(entry: Entry, target: dict[str, Any], cache_base: Path, shared: d
     ``seen`` maps kernel objects already handed out to their entry: the memory cache returns the same object, whose
     own ``cache_status`` still says how it was first obtained."""
     rec = Obtained(entry.name)
-    env = dict(entry.env)
-    if env:
-        env["TILELANG_CORE_CACHE_DIR"] = str(env_cache_dir(cache_base, entry.env))
     t0 = time.perf_counter()
     try:
-        with environ(env):
-            kern = _factory(entry, target, shared)(*entry.args, **entry.kwargs)
+        kern = _factory(entry, target, shared)(*entry.args, **entry.kwargs)
     except Exception as ex:  # noqa: BLE001 - reported per kernel, the run goes on
         rec.seconds = time.perf_counter() - t0
         rec.error = f"{type(ex).__name__}: {str(ex)[:3000]}\n{traceback.format_exc(limit=4)}"
@@ -185,8 +168,8 @@ class Obtainer:
 
     def obtain(self, todo: list[Entry]) -> Iterator[tuple[Entry, Any, Obtained]]:
         """Yield (entry, kernel or None, record) for every entry of ``todo``."""
-        # every entry without switches compiles into cache_base; set once for the process (and its workers: they
-        # inherit the environment), never swapped while threads compile
+        # every entry compiles into cache_base; set once for the process (and its workers: they inherit the
+        # environment), never swapped while threads compile
         os.environ["TILELANG_CORE_CACHE_DIR"] = str(self.cache_base)
         t0 = time.perf_counter()
         if self.pool == "process":
@@ -204,17 +187,13 @@ class Obtainer:
         return entry, kern, rec
 
     def _threaded(self, todo: list[Entry]) -> Iterator[tuple[Entry, Any, Obtained]]:
-        plain = [e for e in todo if not e.env]
         ex = ThreadPoolExecutor(self.workers)
         try:
-            futures = [ex.submit(self._here, e) for e in plain]
+            futures = [ex.submit(self._here, e) for e in todo]
             for fut in futures:
                 yield fut.result()
         finally:  # also when the consumer stops early: drop what has not started
             ex.shutdown(wait=True, cancel_futures=True)
-        for e in todo:  # compiler switches: after the threads, one at a time (os.environ is per process)
-            if e.env:
-                yield self._here(e)
 
     def _pooled(self, todo: list[Entry]) -> Iterator[tuple[Entry, Any, Obtained]]:
         """Worker processes compile; this process then loads each kernel through @jit (disk cache). A pool whose

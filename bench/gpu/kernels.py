@@ -36,7 +36,7 @@ class Entry:
     flops: float = 0.0
     bytes: float = 0.0
     check: bool = True
-    env: dict[str, str] = field(default_factory=dict)  # environment while building (compiler switches)
+    pass_configs: dict[str, Any] = field(default_factory=dict)  # compiler options (@jit(pass_configs=...))
     # a second reference in refs.py: the exact answer, where ``ref`` is the program's own rounding order; the check
     # then compares with the exact answer, its tolerance widened by the reference's own distance from it
     exact: str = ""
@@ -59,7 +59,7 @@ def entries() -> list[Entry]:
         E("quickstart_f16_1024", "examples.gemm", "matmul_relu", (1024, 1024, 1024, 128, 128, 32),
           {"dtype": "float16"}, "matmul_relu", rtol=2e-2, atol=2e-2),
         E("quickstart_f16_unfused", "examples.gemm", "matmul_relu", (1024, 1024, 1024, 128, 128, 32),
-          {"dtype": "float16"}, "matmul_relu", rtol=2e-2, atol=2e-2, env={"TILELANG_CORE_CUDA_FUSED_GEMM": "0"}),
+          {"dtype": "float16"}, "matmul_relu", rtol=2e-2, atol=2e-2, pass_configs={"tl.cuda.fused_gemm": False}),
         E("quickstart_f16_ragged", "examples.gemm", "matmul_relu", (300, 200, 136, 128, 128, 32),
           {"dtype": "float16"}, "matmul_relu", rtol=2e-2, atol=2e-2),
         E("gemm_f16_ragged_k", "examples.gemm", "matmul", (257, 130, 100, 64, 64, 32),
@@ -166,7 +166,7 @@ def entries() -> list[Entry]:
     # the same best config without the fused mainloop (barrier not overlapped), to measure what it buys
     for M, N, K in ((4096, 4096, 4096), (8192, 8192, 8192)):
         e = _gemm_bench(M, N, K, 128, 128, 32, 4, 128, "128x128x32s4t128_unfused")
-        e.env = {"TILELANG_CORE_CUDA_FUSED_GEMM": "0"}
+        e.pass_configs = {"tl.cuda.fused_gemm": False}
         out.append(e)
     # the test-suite's matmul with T.use_swizzle(panel_size=4) (block rasterisation), 3 stages, 128 threads
     for M, N, K in ((4096, 4096, 4096), (8192, 8192, 8192)):
@@ -237,7 +237,7 @@ def issue7_entries() -> list[Entry]:
                       "dtype": "float16"}, "dequant_gemm", rtol=2e-2, atol=2e-2, **DQ_CHECK))
     # decode (M = 16): tl.FuseDequantGemmCUDA reads the weights straight from global memory and splits K over a
     # cluster until the grid has two blocks per SM; "_smem" is the earlier schedule (weights staged through shared
-    # memory, TILELANG_CORE_CUDA_DQ4_DIRECT=0), "_loads" the direct kernel's weight loads alone (not checked)
+    # memory, pass_configs tl.cuda.dq4_direct=False)
     dq_cfgs = {
         (16, 8192, 8192): [(16, 64, 256, 4, 128), (16, 128, 256, 4, 128), (16, 64, 512, 3, 128),
                            (16, 128, 512, 3, 128), (16, 256, 256, 3, 256), (16, 32, 256, 4, 128),
@@ -248,49 +248,46 @@ def issue7_entries() -> list[Entry]:
         (128, 8192, 28672): [(128, 64, 128, 4, 256), (64, 64, 128, 4, 128), (64, 128, 128, 4, 256),
                              (32, 64, 256, 4, 128)],
     }
-    variants: list[tuple[tuple[int, ...], dict[str, str], str]] = [
-        ((16, 64, 512, 3, 128), {"TILELANG_CORE_CUDA_DQ4_DIRECT": "0"}, "_smem"),
-        ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_DIRECT": "0"}, "_smem"),
-        ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_MODE": "1"}, "_loads"),
-        ((16, 128, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_MODE": "1"}, "_loads"),
-        ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_REGBUF": "0"}, "_noregbuf"),
-        ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_DEPTH": "2"}, "_d2"),
-        ((16, 128, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_DEPTH": "2"}, "_d2"),
-        ((16, 128, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_DEPTH": "2", "TILELANG_CORE_CUDA_SPLIT_K": "4"}, "_d2s4"),
-        ((16, 128, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_DEPTH": "3", "TILELANG_CORE_CUDA_SPLIT_K": "4"}, "_d3s4"),
-        ((16, 128, 256, 3, 128), {"TILELANG_CORE_CUDA_DQ4_DEPTH": "2", "TILELANG_CORE_CUDA_SPLIT_K": "4"}, "_d2s4"),
-        ((16, 64, 512, 3, 128), {"TILELANG_CORE_CUDA_DQ4_DEPTH": "2"}, "_d2"),
-        ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_DEPTH": "3"}, "_d3"),
-        ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_SPLIT_K_REDUCE": "cluster"}, "_cluster"),
-        ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_DQ4_LATE_SCALE": "0"}, "_rounded"),
-        ((16, 128, 512, 3, 128), {"TILELANG_CORE_CUDA_DQ4_LATE_SCALE": "0"}, "_rounded"),
-        ((16, 128, 512, 3, 128), {"TILELANG_CORE_CUDA_DQ4_MODE": "1"}, "_loads"),
-        ((16, 128, 256, 4, 128), {"TILELANG_CORE_CUDA_SPLIT_K": "8"}, "_s8"),
-        ((16, 128, 512, 3, 128), {"TILELANG_CORE_CUDA_SPLIT_K": "2"}, "_s2"),
-        ((16, 128, 512, 3, 128), {"TILELANG_CORE_CUDA_SPLIT_K_REDUCE": "cluster"}, "_cluster"),
-        ((16, 64, 128, 4, 128), {"TILELANG_CORE_CUDA_DQ4_DEPTH": "2"}, "_d2"),
-        ((16, 64, 128, 4, 128), {"TILELANG_CORE_CUDA_DQ4_DEPTH": "4"}, "_d4"),
-        ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_SPLIT_K": "8"}, "_s8"),
-        ((16, 64, 256, 4, 128), {"TILELANG_CORE_CUDA_SPLIT_K": "2"}, "_s2"),
-        ((16, 128, 256, 4, 128), {"TILELANG_CORE_CUDA_SPLIT_K": "4"}, "_s4"),
-        ((16, 64, 128, 4, 128), {"TILELANG_CORE_CUDA_SPLIT_K": "8"}, "_s8"),
+    variants: list[tuple[tuple[int, ...], dict[str, Any], str]] = [
+        ((16, 64, 512, 3, 128), {"tl.cuda.dq4_direct": False}, "_smem"),
+        ((16, 64, 256, 4, 128), {"tl.cuda.dq4_direct": False}, "_smem"),
+        ((16, 64, 256, 4, 128), {"tl.cuda.dq4_depth": 2}, "_d2"),
+        ((16, 128, 256, 4, 128), {"tl.cuda.dq4_depth": 2}, "_d2"),
+        ((16, 128, 256, 4, 128), {"tl.cuda.dq4_depth": 2, "tl.cuda.split_k": 4}, "_d2s4"),
+        ((16, 128, 256, 4, 128), {"tl.cuda.dq4_depth": 3, "tl.cuda.split_k": 4}, "_d3s4"),
+        ((16, 128, 256, 3, 128), {"tl.cuda.dq4_depth": 2, "tl.cuda.split_k": 4}, "_d2s4"),
+        ((16, 64, 512, 3, 128), {"tl.cuda.dq4_depth": 2}, "_d2"),
+        ((16, 64, 256, 4, 128), {"tl.cuda.dq4_depth": 3}, "_d3"),
+        ((16, 64, 256, 4, 128), {"tl.cuda.split_k_reduce": "cluster"}, "_cluster"),
+        ((16, 64, 256, 4, 128), {"tl.cuda.dq4_late_scale": False}, "_rounded"),
+        ((16, 128, 512, 3, 128), {"tl.cuda.dq4_late_scale": False}, "_rounded"),
+        ((16, 128, 256, 4, 128), {"tl.cuda.split_k": 8}, "_s8"),
+        ((16, 128, 512, 3, 128), {"tl.cuda.split_k": 2}, "_s2"),
+        ((16, 128, 512, 3, 128), {"tl.cuda.split_k_reduce": "cluster"}, "_cluster"),
+        ((16, 64, 128, 4, 128), {"tl.cuda.dq4_depth": 2}, "_d2"),
+        ((16, 64, 128, 4, 128), {"tl.cuda.dq4_depth": 4}, "_d4"),
+        ((16, 64, 256, 4, 128), {"tl.cuda.split_k": 8}, "_s8"),
+        ((16, 64, 256, 4, 128), {"tl.cuda.split_k": 2}, "_s2"),
+        ((16, 128, 256, 4, 128), {"tl.cuda.split_k": 4}, "_s4"),
+        ((16, 64, 128, 4, 128), {"tl.cuda.split_k": 8}, "_s8"),
     ]
     for (M, N, K), cfgs in dq_cfgs.items():
         runs = [(c, {}, "") for c in cfgs] + (variants if M == 16 else [])
         for gs in ((-1, 128) if M == 16 else (-1,)):
-            for (bm, bn, bk, st, th), env, tag in runs:
+            for (bm, bn, bk, st, th), opts, tag in runs:
                 out.append(E(f"dq_f16_{M}x{N}x{K}_g{gs}_{bm}x{bn}x{bk}s{st}t{th}{tag}", dq, "dequant_gemm",
                              (M, N, K, gs), {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st,
                                              "threads": th, "dtype": "float16"}, "dequant_gemm", rtol=2e-2,
                              atol=2e-2, **DQ_CHECK, bench="dequant", flops=2.0 * M * N * K,
-                             bytes=N * K / 2 + 2.0 * (M * K + M * N), env=env, check="_loads" not in tag))
+                             bytes=N * K / 2 + 2.0 * (M * K + M * N), pass_configs=opts))
     # the same program without tl.FuseDequantGemmCUDA: unpacking through shared memory (what the fusion buys)
     bm, bn, bk, st, th = 16, 64, 256, 3, 128
     out.append(E(f"dq_f16_16x8192x8192_g-1_{bm}x{bn}x{bk}s{st}t{th}_unfused", dq, "dequant_gemm",
                  (16, 8192, 8192, -1), {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st,
                                         "threads": th, "dtype": "float16"}, "dequant_gemm", rtol=2e-2, atol=2e-2,
                  **DQ_CHECK, bench="dequant", flops=2.0 * 16 * 8192 * 8192,
-                 bytes=8192 * 8192 / 2 + 2.0 * (16 * 8192 + 16 * 8192), env={"TILELANG_CORE_CUDA_FUSE_DEQUANT": "0"}))
+                 bytes=8192 * 8192 / 2 + 2.0 * (16 * 8192 + 16 * 8192),
+                 pass_configs={"tl.cuda.fuse_dequant": False}))
     # split-K shapes with ragged M / N and groups (cluster kernels, direct weights)
     for M, N, K, gs, cfg in ((5, 1000, 8192, -1, (16, 128, 256, 3, 128)), (16, 512, 4096, 128, (16, 128, 256, 3, 128)),
                              (3, 200, 2048, 128, (16, 64, 256, 2, 128)), (7, 136, 640, 128, (16, 64, 256, 2, 128))):

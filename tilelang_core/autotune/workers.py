@@ -116,8 +116,8 @@ def jitted(factory: Any, out_idx: Any = None, target: Any = None) -> Any:
     if isinstance(factory, JITFactory):
         if out_idx is None and target is None:
             return factory
-        return jit(out_idx=factory.out_idx if out_idx is None else out_idx,
-                   target=factory.target if target is None else target)(factory.factory)
+        return JITFactory(factory.factory, factory.out_idx if out_idx is None else out_idx,
+                          factory.target if target is None else target, factory.options)
     return jit(out_idx=-1 if out_idx is None else out_idx, target="auto" if target is None else target)(factory)
 
 

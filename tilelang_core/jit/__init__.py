@@ -8,12 +8,16 @@ distinct argument tuple is specialised once; results are cached in memory (per d
 from __future__ import annotations
 
 import functools
+import os
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SourceLocation, TileLangCompileError, TileLangError
+from ..pass_config import DEFAULT, PassConfig
+from ..pass_config import resolve as resolve_pass_configs
 from ..target import resolve_target
 from . import cache
 from .kernel import JITKernel
@@ -120,25 +124,128 @@ def _normalize_out_idx(out_idx: Any, n: int) -> list[int]:
     return sorted({i % n for i in idx})
 
 
-def compile(func: Any, out_idx: Any = None, target: Any = "auto", *, name: str | None = None,  # noqa: A001
-            config: dict[str, Any] | None = None) -> JITKernel:
-    """Compile a ``@T.prim_func`` for ``target``; returns a callable :class:`JITKernel`."""
-    from ..backend import cpu as cpu_backend
-    from ..runtime.artifact import Artifact, sha256_file
+# TileLang's keywords of ``@jit`` / ``compile`` (tilelang/jit/__init__.py), each with its meaning here:
+#   out_idx, target, pass_configs: as in TileLang; target_host: the host is ours ("llvm"/"auto"/None only);
+#   execution_backend: one backend here ("tvm_ffi"; "auto"/None); verbose: one line per compile on stderr;
+#   compile_flags: extra nvcc/NVRTC flags (CUDA only); debug_root_path: the program and kernel source written there.
+EXECUTION_BACKENDS = (None, "auto", "tvm_ffi")
+TARGET_HOSTS = (None, "auto", "llvm")
 
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """The validated compile keywords shared by ``@jit`` and ``compile`` (everything but the program and target)."""
+
+    out_idx: Any = None
+    pass_configs: PassConfig = DEFAULT
+    compile_flags: tuple[str, ...] = ()
+    verbose: bool = False
+    debug_root_path: str | None = None
+
+    def key(self) -> tuple:
+        return (repr(self.out_idx), self.pass_configs.key(), self.compile_flags)
+
+
+def _compile_options(out_idx: Any = None, target_host: Any = None, execution_backend: Any = None,
+                     verbose: Any = None, pass_configs: Any = None, compile_flags: Any = None,
+                     debug_root_path: Any = None) -> CompileOptions:
+    """Validate TileLang's compile keywords (a clear error for each value this compiler does not support)."""
+    if execution_backend not in EXECUTION_BACKENDS:
+        raise ValueError(f"execution_backend={execution_backend!r} is not supported here: tilelang_core has one "
+                         "execution backend, 'tvm_ffi' (kernels are called through apache-tvm-ffi; 'auto' or None "
+                         "pick it). For NVRTC compilation use pass_configs={'tl.cuda.compiler': 'nvrtc'}")
+    if not (target_host in TARGET_HOSTS or (type(target_host).__name__ == "Target"
+                                            and str(getattr(target_host, "kind", "")) == "llvm")):
+        raise ValueError(f"target_host={target_host!r} is not supported here: the host side is always this "
+                         "machine's CPU ('llvm'); pass None, 'auto' or 'llvm'")
+    if verbose is not None and not isinstance(verbose, bool):
+        raise TypeError(f"verbose: expected True, False or None, got {verbose!r}")
+    if compile_flags is None:
+        flags: tuple[str, ...] = ()
+    elif isinstance(compile_flags, str):
+        import shlex
+
+        flags = tuple(shlex.split(compile_flags))
+    elif isinstance(compile_flags, (list, tuple)) and all(isinstance(f, str) for f in compile_flags):
+        flags = tuple(compile_flags)
+    else:
+        raise TypeError(f"compile_flags: expected a str or a list of str (extra nvcc/NVRTC flags), got "
+                        f"{compile_flags!r}")
+    if debug_root_path is not None and not isinstance(debug_root_path, (str, os.PathLike)):
+        raise TypeError(f"debug_root_path: expected a folder path (str or os.PathLike), got {debug_root_path!r}")
+    return CompileOptions(out_idx=out_idx, pass_configs=resolve_pass_configs(pass_configs), compile_flags=flags,
+                          verbose=bool(verbose), debug_root_path=None if debug_root_path is None
+                          else os.fspath(debug_root_path))
+
+
+def compile(func: Any, out_idx: Any = None, target: Any = "auto", *, target_host: Any = None,  # noqa: A001
+            execution_backend: Any = None, verbose: Any = None, pass_configs: Any = None,
+            compile_flags: Any = None, debug_root_path: Any = None, name: str | None = None,
+            config: dict[str, Any] | None = None) -> JITKernel:
+    """Compile a ``@T.prim_func`` for ``target``; returns a callable :class:`JITKernel`.
+
+    TileLang's keywords: ``out_idx``, ``target``, ``target_host`` (None, "auto" or "llvm": the host is this CPU),
+    ``execution_backend`` (None, "auto" or "tvm_ffi": the one backend here), ``verbose`` (a line per compile on
+    stderr), ``pass_configs`` (a dict of :class:`~tilelang_core.PassConfigKey` -> value, validated, part of the
+    cache key), ``compile_flags`` (extra nvcc/NVRTC flags; CUDA only), ``debug_root_path`` (a folder to write the
+    program and the generated source into). Ours: ``name`` and ``config`` (the factory's name and arguments,
+    for reports and the repr)."""
+    opts = _compile_options(out_idx, target_host, execution_backend, verbose, pass_configs, compile_flags,
+                            debug_root_path)
+    return _compile(func, target, opts, name=name, config=config)
+
+
+def _compile(func: Any, target: Any, opts: CompileOptions, name: str | None = None,
+             config: dict[str, Any] | None = None) -> JITKernel:
     backend = resolve_target(target)
     if not _is_prim_func(func):
         raise TypeError(f"compile: expected a @T.prim_func, got {type(func).__name__}")
-    t0 = time.perf_counter()
     specs = _param_specs(func)
-    outs = _normalize_out_idx(out_idx, len(specs))
+    outs = _normalize_out_idx(opts.out_idx, len(specs))
     if backend == "cuda":
         from ..target import cuda_target
         from .cuda import compile_cuda
 
-        return compile_cuda(func, specs, outs, cuda_target(target), name=name, config=config)
+        kernel = compile_cuda(func, specs, outs, cuda_target(target), name=name, config=config,
+                              pass_configs=opts.pass_configs, compile_flags=list(opts.compile_flags))
+    else:
+        if opts.compile_flags:
+            raise ValueError(f"compile_flags={list(opts.compile_flags)!r} is not supported for the CPU target here "
+                             "(LLVM generates the code in-process; the flags are for nvcc/NVRTC on CUDA)")
+        kernel = _compile_cpu(func, target, backend, specs, outs, opts, name, config)
+    _after_compile(kernel, func, opts)
+    return kernel
+
+
+def _after_compile(kernel: JITKernel, func: Any, opts: CompileOptions) -> None:
+    """``verbose`` and ``debug_root_path``."""
+    if opts.verbose:
+        import sys
+
+        how = {"compiled": f"compiled in {kernel.compile_seconds:.2f} s", "disk": "loaded from the disk cache"}
+        print(f"tilelang_core: {kernel.name} {how.get(kernel.cache_status, kernel.cache_status)} "
+              f"({kernel.artifact.path}){'; ' + repr(kernel.pass_configs) if kernel.pass_configs.explicit() else ''}",
+              file=sys.stderr)
+    if opts.debug_root_path is not None:
+        from pathlib import Path
+
+        root = Path(opts.debug_root_path)
+        root.mkdir(parents=True, exist_ok=True)
+        stem = f"{kernel.name}_{kernel.artifact.path.name}"
+        (root / f"{stem}.program.py").write_text(func.script())
+        kind = "cuda" if kernel.artifact.target.get("kind") == "cuda" else "llvm"
+        (root / f"{stem}.{'cu' if kind == 'cuda' else 'll'}").write_text(kernel.get_kernel_source(kind))
+
+
+def _compile_cpu(func: Any, target: Any, backend: str, specs: list[Any], outs: list[int], opts: CompileOptions,
+                 name: str | None, config: dict[str, Any] | None) -> JITKernel:
+    from ..backend import cpu as cpu_backend
+    from ..runtime.artifact import Artifact, sha256_file
+
+    t0 = time.perf_counter()
     tgt = cpu_backend.host_target() if backend == "cpu" else {}
-    key = cache.disk_key(func.script(), outs, tgt)
+    toolchain = {"llvm": cpu_backend.llvm_version(), "cc": os.environ.get("CC", "gcc")}
+    key = cache.disk_key(func.script(), outs, tgt, opts.pass_configs, toolchain)
     art = cache.disk_get(key)
     status = "disk"
     if art is None:
@@ -152,7 +259,7 @@ def compile(func: Any, out_idx: Any = None, target: Any = "auto", *, name: str |
                 from ..trace.report import describe_compile_failure
 
                 describe_compile_failure(e, func, target=target, resolved_target=tgt, out_idx=outs, specs=specs,
-                                         name=name, config=config)
+                                         name=name, config=config, pass_configs=opts.pass_configs)
                 raise
             sources = {}
             for kind, text in (("llvm", build.sources.get("llvm", "")), ("asm", build.sources.get("asm", "")),
@@ -164,7 +271,8 @@ def compile(func: Any, out_idx: Any = None, target: Any = "auto", *, name: str |
                            library_sha256=sha256_file(build.library),
                            extra={"name": name or "main", "config": {k: repr(v) for k, v in (config or {}).items()},
                                   "link_command": build.link_command, "llvm_target": build.llvm_target,
-                                  "llvm_version": build.llvm_version})
+                                  "llvm_version": build.llvm_version,
+                                  "pass_configs": opts.pass_configs.explicit()})
             art.write_meta()
         except BaseException:
             import shutil
@@ -174,14 +282,17 @@ def compile(func: Any, out_idx: Any = None, target: Any = "auto", *, name: str |
         art = cache.disk_put(key, tmp, art)
         cache.STATS.compiles += 1
     return JITKernel(art, program=func, config=config, cache_status=status,
-                     compile_seconds=time.perf_counter() - t0, name=name)
+                     compile_seconds=time.perf_counter() - t0, name=name, pass_configs=opts.pass_configs)
 
 
 class JITFactory:
     """What ``@jit`` returns: call it with the factory's arguments to get a compiled kernel."""
 
-    def __init__(self, factory: Callable[..., Any], out_idx: Any, target: Any):
+    def __init__(self, factory: Callable[..., Any], out_idx: Any, target: Any, options: CompileOptions | None = None):
         self.factory = factory
+        import dataclasses
+
+        self.options = dataclasses.replace(options if options is not None else CompileOptions(), out_idx=out_idx)
         self.out_idx = out_idx
         self.target = target
         self._memory: dict[Any, JITKernel] = {}
@@ -200,7 +311,7 @@ class JITFactory:
     def __call__(self, *args: Any, **kwargs: Any) -> JITKernel:
         config = self._bind(args, kwargs)
         try:
-            mkey = (tuple((k, repr(v)) for k, v in config.items()), repr(self.out_idx), repr(self.target))
+            mkey = (tuple((k, repr(v)) for k, v in config.items()), repr(self.target), self.options.key())
         except Exception:  # noqa: BLE001
             mkey = None
         if mkey is not None and mkey in self._memory:
@@ -208,8 +319,7 @@ class JITFactory:
             return self._memory[mkey]
         func = self.get_program(*args, **kwargs)
         try:
-            kernel = compile(func, out_idx=self.out_idx, target=self.target, name=self.factory.__name__,
-                             config=config)
+            kernel = _compile(func, self.target, self.options, name=self.factory.__name__, config=config)
         except TileLangCompileError as e:
             self._describe(e, config)
             raise
@@ -251,17 +361,35 @@ class JITFactory:
 
         describe_factory(err, self.factory, config, out_idx=self.out_idx, target=self.target, jit=True)
 
+    @property
+    def pass_configs(self) -> PassConfig:
+        """The options every kernel of this factory is compiled with."""
+        return self.options.pass_configs
+
     def __repr__(self) -> str:
-        return f"<tilelang_core.jit factory {self.factory.__name__}, {len(self._memory)} specialisation(s) cached>"
+        opts = self.pass_configs.explicit()
+        return (f"<tilelang_core.jit factory {self.factory.__name__}, {len(self._memory)} specialisation(s) cached"
+                f"{', ' + repr(self.pass_configs) if opts else ''}>")
 
 
 def jit(func: Callable[..., Any] | None = None, *, out_idx: Any = None, target: Any = "auto",
-        **_compat: Any) -> Any:
-    """Decorate a kernel factory: ``@tilelang_core.jit(out_idx=[-1])``."""
+        target_host: Any = None, execution_backend: Any = None, verbose: Any = None, pass_configs: Any = None,
+        debug_root_path: Any = None, compile_flags: Any = None) -> Any:
+    """Decorate a kernel factory: ``@tilelang_core.jit(out_idx=[-1])``.
+
+    Takes TileLang's keywords (see :func:`compile` for what each means here); all are checked now, so a bad
+    option fails at the decorator. Any other keyword is a ``TypeError`` naming it."""
+    if target is None:
+        target = "auto"
     resolve_target(target)  # fail early on a bad target
+    opts = _compile_options(out_idx, target_host, execution_backend, verbose, pass_configs, compile_flags,
+                            debug_root_path)
 
     def wrap(f: Callable[..., Any]) -> JITFactory:
-        return JITFactory(f, out_idx, target)
+        if not callable(f):
+            raise TypeError(f"jit: expected a kernel factory (a function returning a @T.prim_func), got "
+                            f"{type(f).__name__}")
+        return JITFactory(f, out_idx, target, opts)
 
     return wrap(func) if func is not None else wrap
 
@@ -271,4 +399,4 @@ def cache_stats() -> dict[str, int]:
     return cache.STATS.as_dict()
 
 
-__all__ = ["jit", "compile", "JITKernel", "JITFactory", "cache_stats"]
+__all__ = ["jit", "compile", "JITKernel", "JITFactory", "CompileOptions", "cache_stats"]

@@ -17,18 +17,33 @@ from . import cache
 from .kernel import JITKernel
 
 
+def toolchain(target: dict[str, Any], pass_configs: Any = None, compile_flags: list[str] | None = None) -> dict:
+    """What identifies the CUDA compiler a build for ``target`` would use (for the cache key): nvcc's path,
+    version and flags (``compile_flags`` included) or NVRTC's version and options."""
+    from ..backend import cuda as cuda_backend
+    from ..pass_config import PassConfigKey, resolve
+
+    arch = str(target.get("arch", cuda_backend.DEFAULT_ARCH))
+    compiler = resolve(pass_configs)[PassConfigKey.TL_CUDA_COMPILER]
+    return {"cuda": cuda_backend.compiler_identity(arch, compiler, compile_flags)}
+
+
 def build_artifact(func: Any, out_dir: Any, target: dict[str, Any], specs: list[ParamSpec], outs: list[int],
                    name: str | None = None, config: dict[str, Any] | None = None,
-                   compile_cubin: bool = True) -> Artifact:
-    """Build ``func`` for CUDA into ``out_dir`` and write its ``meta.json``."""
+                   compile_cubin: bool = True, pass_configs: Any = None,
+                   compile_flags: list[str] | None = None) -> Artifact:
+    """Build ``func`` for CUDA into ``out_dir`` (with ``pass_configs`` and extra compiler ``compile_flags``) and
+    write its ``meta.json``."""
     from ..backend import cuda as cuda_backend
+    from ..pass_config import resolve
 
+    opts = resolve(pass_configs)
     arch = str(target.get("arch", cuda_backend.DEFAULT_ARCH))
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    mod = cuda_backend.lower(func, arch=arch)
+    mod = cuda_backend.lower(func, arch=arch, options=opts)
     timings["lower"] = time.perf_counter() - t0
-    build = cuda_backend.build(mod, out_dir, arch, compile=compile_cubin)
+    build = cuda_backend.build(mod, out_dir, arch, compile=compile_cubin, options=opts, flags=compile_flags)
     timings.update(build.timings)
     (out_dir / "lowered.tir.py").write_text(mod.script())
     meta = build.launch_meta()
@@ -36,26 +51,32 @@ def build_artifact(func: Any, out_dir: Any, target: dict[str, Any], specs: list[
                    library=build.cubin.name, sources={"cuda": build.source_file.name, "tir": "lowered.tir.py"},
                    library_sha256=sha256_file(build.cubin) if compile_cubin else "",
                    extra={"name": name or "main", "config": {k: repr(v) for k, v in (config or {}).items()},
-                          "cuda": meta, "timings": timings})
+                          "cuda": meta, "timings": timings, "pass_configs": opts.explicit(),
+                          "compile_flags": list(compile_flags or [])})
     art.write_meta()
     return art
 
 
 def compile_cuda(func: Any, specs: list[ParamSpec], outs: list[int], target: dict[str, Any],
-                 name: str | None = None, config: dict[str, Any] | None = None) -> JITKernel:
+                 name: str | None = None, config: dict[str, Any] | None = None, pass_configs: Any = None,
+                 compile_flags: list[str] | None = None) -> JITKernel:
+    from ..pass_config import resolve
+
+    opts = resolve(pass_configs)
     t0 = time.perf_counter()
-    key = cache.disk_key(func.script(), outs, target)
+    key = cache.disk_key(func.script(), outs, target, opts, toolchain(target, opts, compile_flags))
     art = cache.disk_get(key)
     status = "disk"
     if art is None:
         status = "compiled"
         tmp = cache.new_build_dir()
         try:
-            art = build_artifact(func, tmp, target, specs, outs, name=name, config=config)
+            art = build_artifact(func, tmp, target, specs, outs, name=name, config=config, pass_configs=opts,
+                                 compile_flags=compile_flags)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         art = cache.disk_put(key, tmp, art)
         cache.STATS.compiles += 1
     return JITKernel(art, program=func, config=config, cache_status=status,
-                     compile_seconds=time.perf_counter() - t0, name=name)
+                     compile_seconds=time.perf_counter() - t0, name=name, pass_configs=opts)

@@ -20,8 +20,12 @@ class JITKernel:
     """
 
     def __init__(self, artifact: Artifact, program: Any = None, config: dict[str, Any] | None = None,
-                 cache_status: str = "compiled", compile_seconds: float = 0.0, name: str | None = None):
+                 cache_status: str = "compiled", compile_seconds: float = 0.0, name: str | None = None,
+                 pass_configs: Any = None):
+        from ..pass_config import resolve
+
         self.artifact = artifact
+        self.pass_configs = resolve(pass_configs)  # the options in force (a PassConfig; .explicit(): those set)
         self.program = program  # the PrimFunc as written (TIR with tile ops), when compiled in this process
         self.config = dict(config or {})
         self.cache_status = cache_status  # "compiled" | "disk" | "memory"
@@ -116,7 +120,7 @@ class JITKernel:
                 from ..trace import capture
 
                 self._trace = capture(self.program, target=self.artifact.target, name=self.name,
-                                      config=self.config)
+                                      config=self.config, pass_configs=self.pass_configs)
             return self._trace
 
     def get_profiler(self, tensor_supply: str = "randn") -> Any:
@@ -139,7 +143,9 @@ class JITKernel:
                "memory": "from memory cache"}.get(self.cache_status, self.cache_status)
         tgt = self.artifact.target
         tdesc = f"{tgt.get('kind')} ({tgt.get('mcpu', tgt.get('arch', ''))})"
-        return (f"<JITKernel {self.name}({cfg}) target={tdesc} inputs=[{ins}] outputs=[{outs}] {how}>")
+        opts = self.pass_configs.explicit()
+        odesc = (" pass_configs={" + ", ".join(f"{k!r}: {v!r}" for k, v in opts.items()) + "}") if opts else ""
+        return (f"<JITKernel {self.name}({cfg}) target={tdesc}{odesc} inputs=[{ins}] outputs=[{outs}] {how}>")
 
     # -- copying and pickling ------------------------------------------------------------------------------
     # Serialising the kernel's TVM program and loaded library used to segfault the interpreter; refuse instead.
@@ -163,7 +169,8 @@ def _derived_cuda_source(artifact: Artifact, kind: str) -> str | None:
 
         meta = artifact.extra.get("cuda") or {}
         compiler = "nvrtc" if (meta.get("nvcc_command") or [""])[0] == "nvrtc" else "auto"
-        text, _ = compile_ptx(artifact.path / artifact.sources["cuda"], str(meta.get("arch", "sm_90")), compiler)
+        text, _ = compile_ptx(artifact.path / artifact.sources["cuda"], str(meta.get("arch", "sm_90")), compiler,
+                              list(artifact.extra.get("compile_flags") or []))
         return text
     if kind == "sass":
         from ..trace import sources_of

@@ -85,9 +85,9 @@ def build_kernel(obj: Any, kwargs: dict[str, Any], target: str, out_idx: Any) ->
 
     if isinstance(obj, JITFactory):
         if target != "auto":
-            obj = JITFactory(obj.factory, obj.out_idx if out_idx is None else out_idx, target)
+            obj = JITFactory(obj.factory, obj.out_idx if out_idx is None else out_idx, target, obj.options)
         elif out_idx is not None:
-            obj = JITFactory(obj.factory, out_idx, obj.target)
+            obj = JITFactory(obj.factory, out_idx, obj.target, obj.options)
         return obj(**kwargs)
     if not callable(obj):
         raise SystemExit(f"error: {obj!r} is not a kernel factory")

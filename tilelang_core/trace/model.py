@@ -74,6 +74,7 @@ class Trace:
         self.target = dict(target or {})
         self.failed_stage = failed_stage
         self.error = error
+        self.pass_configs: Any = None  # the PassConfig the compile ran with (set by capture)
 
     # -- lookup --------------------------------------------------------------------------------------------
     def names(self) -> list[str]:
@@ -183,6 +184,9 @@ class Trace:
                 f"{self.total_seconds * 1e3:.1f} ms")
         if self.failed_stage:
             head += f", FAILED at {self.failed_stage}"
+        opts = self.pass_configs.explicit() if self.pass_configs is not None else {}
+        if opts:
+            head += ", pass_configs {" + ", ".join(f"{k!r}: {v!r}" for k, v in opts.items()) + "}"
         return head + ">\n" + self.table()
 
 

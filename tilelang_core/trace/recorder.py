@@ -45,7 +45,7 @@ class _StageBuilder:
         return st
 
 
-def _backend(backend: str, target: Any) -> tuple[Any, Any, dict[str, Any]]:
+def _backend(backend: str, target: Any, options: Any = None) -> tuple[Any, Any, dict[str, Any]]:
     """``(lower, codegen, exact target)`` for a backend: ``lower(func, record)`` runs our passes calling
     ``record(name, func, seconds)`` after each; ``codegen(mod, instruments)`` runs TVM's pipeline and code generation
     under a PassContext with those instruments — the same functions the compile uses."""
@@ -59,8 +59,8 @@ def _backend(backend: str, target: Any) -> tuple[Any, Any, dict[str, Any]]:
 
         tgt = cuda_target(target)
         arch = str(tgt.get("arch", "sm_90"))
-        return ((lambda f, record: cuda_codegen.lower(f, record=record, arch=arch)),
-                (lambda mod, instruments: cuda_codegen.generate(mod, arch, instruments)), tgt)
+        return ((lambda f, record: cuda_codegen.lower(f, record=record, arch=arch, options=options)),
+                (lambda mod, instruments: cuda_codegen.generate(mod, arch, instruments, options)), tgt)
     raise NotImplementedError(f"trace: capturing a {backend} trace is not supported")
 
 
@@ -100,18 +100,21 @@ def _recorder(builder: _StageBuilder) -> Any:
 
 
 def capture(program: Any, *, target: Any = None, name: str = "main", config: dict[str, Any] | None = None,
-            allow_failure: bool = False) -> Trace:
+            allow_failure: bool = False, pass_configs: Any = None) -> Trace:
     """The compile trace of a ``@T.prim_func`` (TIR with tile ops) for ``target`` (host CPU or a CUDA arch).
 
     Stages: ``input`` (the program as written), our passes (``tl.*``), TVM's passes (``tirx.*``, ``s_tir.*``),
     and ``codegen`` (the module handed to LLVM, timed with the code generation). A failure raises the
     :class:`TileLangCompileError`, or with ``allow_failure=True`` returns the trace up to the last stage that
-    succeeded with ``failed_stage`` and ``error`` set.
+    succeeded with ``failed_stage`` and ``error`` set. ``pass_configs``: the options the compile used.
     """
     import tvm
 
+    from ..pass_config import resolve
+
+    options = resolve(pass_configs)
     backend = resolve_target("auto" if target is None else target)
-    lower, codegen, resolved = _backend(backend, target)
+    lower, codegen, resolved = _backend(backend, target, options)
     b = _StageBuilder()
     failed: str | None = None
     error: BaseException | None = None
@@ -130,6 +133,7 @@ def capture(program: Any, *, target: Any = None, name: str = "main", config: dic
             last = b.stages[-1]
             b.add("codegen", last.module, time.perf_counter() - rec.last_end, "codegen", text=last.text)
     trace = Trace(b.stages, name=name, config=config, target=resolved, failed_stage=failed, error=error)
+    trace.pass_configs = options
     if error is not None and not allow_failure:
         raise error
     return trace

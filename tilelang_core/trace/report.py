@@ -40,7 +40,7 @@ def _versions() -> dict[str, str]:
 
 def describe_compile_failure(err: TileLangCompileError, program: Any, *, target: Any, resolved_target: Any,
                              out_idx: Any, specs: list[Any], name: str | None = None,
-                             config: dict[str, Any] | None = None) -> None:
+                             config: dict[str, Any] | None = None, pass_configs: Any = None) -> None:
     """Add the compile-level facts to ``err.report`` and attach ``err.trace`` (the trace up to the failure)."""
     rep = err.ensure_report()
     rep.fill(target=target, resolved_target=resolved_target, out_idx=out_idx, params=[str(p) for p in specs],
@@ -48,7 +48,7 @@ def describe_compile_failure(err: TileLangCompileError, program: Any, *, target:
     try:
         from .recorder import capture
 
-        trace = capture(program, allow_failure=True, name=name or "main", config=config)
+        trace = capture(program, allow_failure=True, name=name or "main", config=config, pass_configs=pass_configs)
     except Exception:  # noqa: BLE001 - a report must never hide the original error
         return
     err.trace = trace

@@ -30,10 +30,12 @@ def cpu_passes(vector_bytes: int) -> list[tuple[str, Any]]:
     ]
 
 
-def cuda_passes(arch: str = "sm_90") -> list[tuple[str, Any]]:
+def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any]]:
     """The CUDA pipeline as (name, PrimFunc -> PrimFunc): validate, launch config, fragment layouts, software
     pipelining, barriers, tile ops -> per-thread code, T.Parallel -> per-thread code, shared-memory placement.
+    ``options``: the :class:`~tilelang_core.pass_config.PassConfig` (or a ``pass_configs`` dict) the passes read.
     Imported lazily so the CPU path does not load them."""
+    from ..pass_config import resolve
     from .fast_exp_cuda import fast_exp_cuda
     from .fuse_dequant_gemm_cuda import fuse_dequant_gemm_cuda
     from .infer_fragment_layouts_cuda import infer_fragment_layouts_cuda
@@ -44,12 +46,13 @@ def cuda_passes(arch: str = "sm_90") -> list[tuple[str, Any]]:
     from .lower_tile_ops_cuda import lower_tile_ops_cuda
     from .pipeline_cuda import pipeline_cuda
 
+    opts = resolve(options)
     return [
         ("tl.ValidateTileOps", validate_tile_ops),
         ("tl.LowerKernelLaunchCUDA", lower_kernel_launch_cuda),
         ("tl.InferFragmentLayoutsCUDA", infer_fragment_layouts_cuda),
-        ("tl.FuseDequantGemmCUDA", lambda f: fuse_dequant_gemm_cuda(f, arch)),
-        ("tl.PipelineCUDA", pipeline_cuda),
+        ("tl.FuseDequantGemmCUDA", lambda f: fuse_dequant_gemm_cuda(f, arch, opts)),
+        ("tl.PipelineCUDA", lambda f: pipeline_cuda(f, opts)),
         ("tl.InsertSyncsCUDA", insert_syncs_cuda),
         ("tl.LowerTileOpsCUDA", lower_tile_ops_cuda),
         ("tl.LowerParallelCUDA", lower_parallel_cuda),

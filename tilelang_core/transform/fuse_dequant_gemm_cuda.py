@@ -28,9 +28,8 @@ from global memory itself (``ld.global.nc``, zeros outside the tensor as the cop
 the tile by a constant ``block_K / 2`` bytes, the weights go through a register ring (allocated before the loop):
 the first tile's loads are issued before the loop — ahead of the A pipeline's prologue — and each iteration issues
 the next tile's loads before it computes on the current one; scales that do not depend on the k loop are loaded
-once, before it. ``TILELANG_CORE_CUDA_DQ4_DIRECT=0`` keeps the shared-memory staging,
-``TILELANG_CORE_CUDA_DQ4_REGBUF=0`` the loads at the start of each call, ``TILELANG_CORE_CUDA_DQ4_DEPTH`` sets the
-tiles in flight (1).
+once, before it. Options (``pass_configs``): ``tl.cuda.dq4_direct=False`` keeps the shared-memory staging,
+``tl.cuda.dq4_depth`` sets the tiles in flight (1).
 
 **Per-channel scales scale the accumulators.** When the scale does not depend on k (one per output channel) and
 the weights come straight from global memory, the mma consumes ``q - z`` (exact in fp16) and each call multiplies
@@ -38,7 +37,7 @@ its fp32 partial sums by the channel's scale once — four ``hmul2`` per 32-bit 
 at 16×8192×8192 (16×128×512 tiles) on the H200 (Marlin applies per-channel scales the same way). The result is
 the exact product ``sum_k a_k (q_k - z) s`` rounded in fp32, where the program's order rounds every weight
 ``(q - z) s`` to fp16 first: the two differ by that rounding (~2^-12 relative per term), and the fused result is the
-closer of the two to the exact answer. ``TILELANG_CORE_CUDA_DQ4_LATE_SCALE=0`` keeps the program's per-weight
+closer of the two to the exact answer. ``tl.cuda.dq4_late_scale=False`` keeps the program's per-weight
 rounding (bit-identical weights). Decision and measurements: docs/design.md, docs/cuda.md.
 
 **Split-K.** At decode sizes the grid is small (N / block_N blocks) and every block re-reads the whole A through L2
@@ -51,19 +50,18 @@ module, and the last block of each tile (a counter; one acquire-release atomic) 
 (deterministic, fp32, one launch) and runs the program's own epilogue ``T.copy(C_local, C[...])``. (A "ticket"
 variant — tickets taken as blocks start, partials stored with their launch's epoch in one 64-bit word so that the
 last ticket holder needs no atomic after its loop — measured slower on the H200: docs/cuda.md.)
-``TILELANG_CORE_CUDA_SPLIT_K_REDUCE=cluster`` instead makes the ``S`` blocks one thread-block cluster
+``tl.cuda.split_k_reduce='cluster'`` instead makes the ``S`` blocks one thread-block cluster
 (``__cluster_dims__(1, 1, S)``, sm_90) reducing through distributed shared memory — measured slower on the H200,
-where the cluster launch left SMs without blocks. ``TILELANG_CORE_CUDA_SPLIT_K`` = 1 turns splitting off, = S
+where the cluster launch left SMs without blocks. ``tl.cuda.split_k`` = 1 turns splitting off, = S
 forces a split.
 
 Anything that does not match exactly — other dtypes, a nest that also writes elsewhere, a tile used by other
 statements, shapes the template cannot tile — is left alone and compiles the generic way
-(``TILELANG_CORE_CUDA_FUSE_DEQUANT=0`` turns the pass off, to measure what it buys).
+(``tl.cuda.fuse_dequant=False`` turns the pass off, to measure what it buys).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -73,6 +71,7 @@ from tvm import tirx
 
 from ..language._ir import Region, dtype_of
 from ..language.loops import PARALLEL_ATTR, STAGES_ATTR
+from ..pass_config import DEFAULT, PassConfig, PassConfigKey
 from ._cuda_common import (
     ATTR_LAUNCH,
     calls_extern,
@@ -147,8 +146,9 @@ class FuseDequantGemmCUDA(Rewriter):
 
     pass_name = "tl.FuseDequantGemmCUDA"
 
-    def __init__(self, func: tirx.PrimFunc) -> None:
+    def __init__(self, func: tirx.PrimFunc, options: PassConfig = DEFAULT) -> None:
         super().__init__()
+        self.options = options
         self.layouts = layouts_of(func)
         self.locals = locals_of(func)
         self.swizzle = swizzles_of(func)
@@ -319,7 +319,7 @@ class FuseDequantGemmCUDA(Rewriter):
         """The global region, copy statement and register double-buffer distance (bytes the k loop advances per
         iteration, 0 = no double buffer) when the packed tile ``P`` is only a staging copy of global memory that
         the fused gemm can read directly (see the module doc)."""
-        if os.environ.get("TILELANG_CORE_CUDA_DQ4_DIRECT", "1") == "0" or self.uses.get(P, 0) != 2:
+        if not self.options[PassConfigKey.TL_CUDA_DQ4_DIRECT] or self.uses.get(P, 0) != 2:
             return None
         copy = None
         for st in reversed(before):
@@ -342,8 +342,7 @@ class FuseDequantGemmCUDA(Rewriter):
             return None
         nxt = 0
         loop = self.loop_stack[-1] if self.loop_stack else None
-        if loop is not None and STAGES_ATTR in loop.annotations and \
-                os.environ.get("TILELANG_CORE_CUDA_DQ4_REGBUF", "1") != "0":
+        if loop is not None and STAGES_ATTR in loop.annotations:
             k = loop.loop_var
             step = const_int(self.ana.simplify(substitute(src.mins[1], {k: k + 1}) - src.mins[1]))
             nxt = K // 2 if step == K // 2 else 0
@@ -369,10 +368,10 @@ class FuseDequantGemmCUDA(Rewriter):
             else None
         # per-channel scales on the direct path multiply the accumulators once per call (NC = 0) instead of every
         # weight: the exact product (q - z) * s, where the program rounds each weight to fp16 first (see the
-        # module doc; TILELANG_CORE_CUDA_DQ4_LATE_SCALE=0 keeps the program's rounding)
+        # module doc; pass_configs tl.cuda.dq4_late_scale=False keeps the program's rounding)
         # (scales that change along k are applied per weight: scaling each 128-wide chunk's sum instead measured
         # no faster for groups of 128 on the H200 — docs/cuda.md)
-        late = direct is not None and not varies and os.environ.get("TILELANG_CORE_CUDA_DQ4_LATE_SCALE", "1") != "0"
+        late = direct is not None and not varies and self.options[PassConfigKey.TL_CUDA_DQ4_LATE_SCALE]
         sc, stmts, after = self.scale_loads(scale, i, j, wn, N // wn, NT, NC, late,
                                             direct is not None and direct[2] > 0)
         n_scales = NT * (2 if late else NC) * (2 if varies and direct is not None and direct[2] > 0 else 1)
@@ -382,8 +381,7 @@ class FuseDequantGemmCUDA(Rewriter):
         magic_hi = int(np.float16(-(64 + zp)).view(np.uint16))  # the odd nibbles' (1024 + 16 q) / 16, minus 64 + z
         # independent accumulator sets: at least 4 mma.sync chains per warp (decode tiles have 1 or 2 accumulators)
         chains = (M // lay.warp_m // 16) * NT
-        sets = int(os.environ.get("TILELANG_CORE_CUDA_DQ4_SETS", "0")) or max(1, min(4, 4 // chains))
-        mode = int(os.environ.get("TILELANG_CORE_CUDA_DQ4_MODE", "0"))  # measurement switch, see dequant.cuh
+        sets = max(1, min(4, 4 // chains))
         zero = tirx.IntImm("int32", 0)
         a_ptr = tirx.address_of(tirx.BufferLoad(a.buffer, list(a.mins)))
         sc_ptr = tirx.address_of(tirx.BufferLoad(sc, [zero]))
@@ -394,8 +392,8 @@ class FuseDequantGemmCUDA(Rewriter):
             row_bytes = const_int(src.buffer.shape[1])
             rows_left = self.ana.simplify(src.buffer.shape[0] - src.mins[0])
             cols_left = self.ana.simplify(src.buffer.shape[1] - src.mins[1])
-            depth = max(1, int(os.environ.get("TILELANG_CORE_CUDA_DQ4_DEPTH", "1"))) if nxt else 1
-            name = (f"tl::gemm_dq4g<{M}, {N}, {K}, {wn}, {swa}, {magic}, {magic_hi}, {NC}, {sets}, {mode}, "
+            depth = int(self.options[PassConfigKey.TL_CUDA_DQ4_DEPTH]) if nxt else 1
+            name = (f"tl::gemm_dq4g<{M}, {N}, {K}, {wn}, {swa}, {magic}, {magic_hi}, {NC}, {sets}, "
                     f"{row_bytes}, {nxt}, {depth}>")
             if nxt:
                 # the register ring (depth + 1 tiles); the first `depth` tiles load before the loop (so before the A
@@ -424,8 +422,7 @@ class FuseDequantGemmCUDA(Rewriter):
             self.est_regs = max(self.est_regs, estimated_registers(M, NT, K, depth if nxt else 0, sets, late,
                                                                    n_scales))
         else:
-            name = (f"tl::gemm_dq4<{M}, {N}, {K}, {lay.warp_m}, {wn}, {swa}, {magic}, {magic_hi}, {NC}, {sets}, "
-                    f"{mode}>")
+            name = f"tl::gemm_dq4<{M}, {N}, {K}, {lay.warp_m}, {wn}, {swa}, {magic}, {magic_hi}, {NC}, {sets}>"
             stmts.append(extern(name, a_ptr, tirx.address_of(tirx.BufferLoad(P, [zero, zero])), sc_ptr, c_ptr))
         self.removed.append(ops["b"].buffer)
         self.fused_accumulators.append(c.buffer)
@@ -468,7 +465,7 @@ class FuseDequantGemmCUDA(Rewriter):
         if not any(_mentions(v, k) for v in vals):
             self.loop_pre.setdefault(loop, []).extend([tirx.AllocBuffer(sc)] + stores(sc))
             return sc, [], []
-        if not ring or os.environ.get("TILELANG_CORE_CUDA_DQ4_SCALE_PREFETCH", "1") == "0":
+        if not ring:
             return sc, [tirx.AllocBuffer(sc)] + stores(sc), []
         ks0 = new_var("dq_ks0")  # the loop's first k (split_k_cluster rebinds it to the block's share)
         nxt = tirx.decl_buffer(sc.shape, "float16", "dq_scale_next", scope="local")
@@ -503,11 +500,12 @@ def _mentions(e: Any, var: Any) -> bool:
     return bool(hit)
 
 
-def fuse_dequant_gemm_cuda(func: tirx.PrimFunc, arch: str = "sm_90") -> tirx.PrimFunc:
-    """Run the pass (see the module doc); fused W tiles lose their allocation, then maybe split K."""
-    if os.environ.get("TILELANG_CORE_CUDA_FUSE_DEQUANT", "1") == "0":
+def fuse_dequant_gemm_cuda(func: tirx.PrimFunc, arch: str = "sm_90", options: PassConfig = DEFAULT) -> tirx.PrimFunc:
+    """Run the pass (see the module doc); fused W tiles lose their allocation, then maybe split K. Options:
+    ``tl.cuda.fuse_dequant``, ``dq4_direct``, ``dq4_late_scale``, ``dq4_depth``, ``split_k``, ``split_k_reduce``."""
+    if not options[PassConfigKey.TL_CUDA_FUSE_DEQUANT]:
         return func
-    pass_ = FuseDequantGemmCUDA(func)
+    pass_ = FuseDequantGemmCUDA(func, options)
     out = pass_.run(func)
     if not pass_.removed:
         return out
@@ -519,7 +517,8 @@ def fuse_dequant_gemm_cuda(func: tirx.PrimFunc, arch: str = "sm_90") -> tirx.Pri
         return s
 
     out = out.with_body(tvm_ffi.structural_map(out.body, [(tirx.AllocBuffer, drop)]))
-    return split_k_cluster(out, arch, pass_.fused_accumulators, pass_.direct, pass_.prefetch_vars, pass_.est_regs)
+    return split_k_cluster(out, arch, pass_.fused_accumulators, pass_.direct, pass_.prefetch_vars, pass_.est_regs,
+                           options)
 
 
 NUM_SMS = {"sm_90": 132, "sm_90a": 132}  # the H100/H200 SXM count; clusters need sm_90
@@ -537,15 +536,14 @@ def estimated_registers(M: int, NT: int, K: int, depth: int, sets: int, late: bo
 
 
 def _split_factor(blocks: int, n: int, stages: int, arch: str, direct: bool = False, regs: int = 0,
-                  threads: int = 128) -> int:
+                  threads: int = 128, forced: int = 0) -> int:
     """Blocks per cluster. Weights through shared memory: double while the grid stays under half the SMs and each
     share keeps >= 2x stages (at least 4) k-tiles. Weights from global memory (``direct``): the loads in flight
     come from resident warps alone, so double while the grid is under two blocks per SM, each share keeps at
     least ``max(2, stages)`` k-tiles and — when the kernel's registers per thread are known (``regs``, estimated)
     — the doubled grid still runs in one wave (16×128×256 at ~150 registers fits three blocks per SM: split 8
-    would make two waves, 27 µs instead of 21.6 on the H200). ``TILELANG_CORE_CUDA_SPLIT_K`` forces a value
-    (1 = off)."""
-    forced = int(os.environ.get("TILELANG_CORE_CUDA_SPLIT_K", "0"))
+    would make two waves, 27 µs instead of 21.6 on the H200). ``forced`` (pass_configs ``tl.cuda.split_k``)
+    forces a value (1 = off)."""
     sms = NUM_SMS.get(arch)
     if sms is None:
         return 1
@@ -566,7 +564,8 @@ def _split_factor(blocks: int, n: int, stages: int, arch: str, direct: bool = Fa
 
 
 def split_k_cluster(func: tirx.PrimFunc, arch: str, accs: list[Any], direct: bool = False,
-                    prefetch_vars: list[Any] | None = None, est_regs: int = 0) -> tirx.PrimFunc:
+                    prefetch_vars: list[Any] | None = None, est_regs: int = 0,
+                    options: PassConfig = DEFAULT) -> tirx.PrimFunc:
     """Split the fused K loop over a cluster of blocks when the grid leaves most SMs idle (see the module doc)."""
     grid, threads = launch_info(func)
     if grid[2] != 1 or len(accs) != 1:
@@ -598,7 +597,8 @@ def split_k_cluster(func: tirx.PrimFunc, arch: str, accs: list[Any], direct: boo
     stages = int(loop.annotations[STAGES_ATTR])
     if n is None:
         return func
-    S = _split_factor(grid[0] * grid[1], n, stages, arch, direct, est_regs, thread_count(func))
+    S = _split_factor(grid[0] * grid[1], n, stages, arch, direct, est_regs, thread_count(func),
+                      int(options[PassConfigKey.TL_CUDA_SPLIT_K]))
     if S == 1:
         return func
     bz = tvm.ir.Var("bz_split", "int32")
@@ -613,7 +613,7 @@ def split_k_cluster(func: tirx.PrimFunc, arch: str, accs: list[Any], direct: boo
     zero = tirx.IntImm("int32", 0)
     acc_ptr = tirx.address_of(tirx.BufferLoad(loc, [zero]))
     tiles = grid[0] * grid[1]
-    use_cluster = os.environ.get("TILELANG_CORE_CUDA_SPLIT_K_REDUCE", "global") == "cluster" or \
+    use_cluster = options[PassConfigKey.TL_CUDA_SPLIT_K_REDUCE] == "cluster" or \
         S * tiles * regs * threads * 4 > WORKSPACE_LIMIT
     if use_cluster:
         scratch = tirx.decl_buffer((regs * thread_count(func),), "float32", "splitk_smem", scope="shared")

@@ -17,14 +17,13 @@ zero-filling the parts of a ragged tile outside the tensor) where alignment allo
 stores otherwise — the schedule is correct either way. When the consumer part is a single tensor-core ``T.gemm``
 on the pipelined tiles (the quickstart's loop), the loop body becomes one call of ``tl::pipe_gemm_step``, which
 moves the wait and the barrier into the last k-step of each tile so that they, and the first ``ldmatrix`` of the
-next tile, overlap tensor-core work (CUTLASS's multistage schedule; ``TILELANG_CORE_CUDA_FUSED_GEMM=0`` turns
+next tile, overlap tensor-core work (CUTLASS's multistage schedule; pass_configs ``tl.cuda.fused_gemm=False`` turns
 it off). A loop the pattern does not fit (a producer's tile read before it is written in the body, or used outside
 the loop) runs unpipelined, with the barriers ``tl.InsertSyncsCUDA`` places.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import tvm
@@ -33,6 +32,7 @@ from tvm import tirx
 
 from ..language._ir import Region
 from ..language.loops import STAGES_ATTR
+from ..pass_config import DEFAULT, PassConfig, PassConfigKey
 from ._cuda_common import (
     ATTR_SWIZZLE,
     extern,
@@ -116,8 +116,9 @@ def _mark_async(s: Any) -> Any:
 class PipelineCUDA(Rewriter):
     pass_name = "tl.PipelineCUDA"
 
-    def __init__(self, func: tirx.PrimFunc, uses: dict[Any, int]) -> None:
+    def __init__(self, func: tirx.PrimFunc, uses: dict[Any, int], options: PassConfig = DEFAULT) -> None:
         super().__init__()
+        self.options = options
         self.uses = uses  # buffer -> number of statements touching it in the whole kernel
         self.remap: dict[Any, Any] = {}
         self.layouts = layouts_of(func)
@@ -213,7 +214,7 @@ class PipelineCUDA(Rewriter):
     def _fused_gemm(self, consumers: list[Any], remap: dict[Any, Any], stages: int) -> tuple | None:
         """When the consumer part is one tensor-core T.gemm on the pipelined tiles (the quickstart's loop), the
         parameters of the fused mainloop template; else None."""
-        if os.environ.get("TILELANG_CORE_CUDA_FUSED_GEMM", "1") == "0":
+        if not self.options[PassConfigKey.TL_CUDA_FUSED_GEMM]:
             return None
         if len(consumers) != 1 or not isinstance(consumers[0], tirx.Evaluate):
             return None
@@ -262,8 +263,8 @@ def _count_uses(body: Any) -> dict[Any, int]:
     return counts
 
 
-def pipeline_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    pipe = PipelineCUDA(func, _count_uses(func.body))
+def pipeline_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT) -> tirx.PrimFunc:
+    pipe = PipelineCUDA(func, _count_uses(func.body), options)
     func = pipe.run(func)
     if not pipe.remap:
         return func

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .codegen import CudaSource, generate, lower
-from .nvcc import INCLUDE_DIR, compile_cubin, find_nvcc, nvcc_command
+from .nvcc import INCLUDE_DIR, compile_cubin, compiler_identity, find_nvcc, nvcc_command
 
 DEFAULT_ARCH = "sm_90"
 STATEFUL_MARK = "tl::splitk_global_reduce<"  # device code that keeps state between launches in module globals
@@ -46,11 +46,18 @@ class CudaBuild:
 
 
 def build(mod: Any, out_dir: Path, arch: str = DEFAULT_ARCH, instruments: list[Any] | None = None,
-          compile: bool = True, compiler: str = "auto") -> CudaBuild:  # noqa: A002
+          compile: bool = True, compiler: str | None = None, options: Any = None,  # noqa: A002
+          flags: list[str] | None = None) -> CudaBuild:
     """CUDA C for ``mod`` into ``out_dir/kernel.cu`` and (``compile=True``) a cubin ``out_dir/kernel.cubin``, by
-    ``compiler`` (``"auto"``: nvcc when found, else NVRTC)."""
+    ``compiler`` (``"auto"``: nvcc when found, else NVRTC; None: the ``tl.cuda.compiler`` of ``options``, a
+    :class:`~tilelang_core.pass_config.PassConfig` or ``pass_configs`` dict), with extra compiler ``flags``."""
+    from ...pass_config import PassConfigKey, resolve
+
+    opts = resolve(options)
+    if compiler is None:
+        compiler = opts[PassConfigKey.TL_CUDA_COMPILER]
     out_dir = Path(out_dir)
-    src: CudaSource = generate(mod, arch, instruments)
+    src: CudaSource = generate(mod, arch, instruments, opts)
     cu = out_dir / "kernel.cu"
     cu.write_text(src.source)
     cubin = out_dir / "kernel.cubin"
@@ -58,7 +65,7 @@ def build(mod: Any, out_dir: Path, arch: str = DEFAULT_ARCH, instruments: list[A
     msgs = ""
     t0 = time.perf_counter()
     if compile:
-        cmd, msgs = compile_cubin(cu, cubin, arch, compiler)
+        cmd, msgs = compile_cubin(cu, cubin, arch, compiler, flags=flags)
     timings = dict(src.timings)
     timings["nvcc"] = time.perf_counter() - t0
     return CudaBuild(cubin=cubin, source_file=cu, kernel=src.kernel, arg_names=src.arg_names, grid=src.grid,
@@ -66,5 +73,5 @@ def build(mod: Any, out_dir: Path, arch: str = DEFAULT_ARCH, instruments: list[A
                      timings=timings, serial_streams=STATEFUL_MARK in src.source)
 
 
-__all__ = ["CudaBuild", "CudaSource", "DEFAULT_ARCH", "INCLUDE_DIR", "build", "compile_cubin", "find_nvcc",
-           "generate", "lower", "nvcc_command"]
+__all__ = ["CudaBuild", "CudaSource", "DEFAULT_ARCH", "INCLUDE_DIR", "build", "compile_cubin", "compiler_identity",
+           "find_nvcc", "generate", "lower", "nvcc_command"]

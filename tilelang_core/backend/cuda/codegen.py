@@ -35,13 +35,14 @@ class CudaSource:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def lower(func: Any, record: Any = None, arch: str = "sm_90") -> Any:
-    """Run our CUDA passes; returns an IRModule of plain TIR (thread bindings, register arrays, extern calls)."""
+def lower(func: Any, record: Any = None, arch: str = "sm_90", options: Any = None) -> Any:
+    """Run our CUDA passes with ``options`` (a :class:`~tilelang_core.pass_config.PassConfig` or a
+    ``pass_configs`` dict); returns an IRModule of plain TIR (thread bindings, register arrays, extern calls)."""
     import tvm
 
     from ...transform import cuda_passes
 
-    for name, fn in cuda_passes(arch):
+    for name, fn in cuda_passes(arch, options):
         t0 = time.perf_counter()
         func = fn(func)
         if record is not None:
@@ -73,11 +74,13 @@ def _tir_pipeline() -> Any:
     ])
 
 
-def generate(mod: Any, arch: str = "sm_90", instruments: list[Any] | None = None) -> CudaSource:
-    """CUDA C for the kernel in ``mod`` (the output of :func:`lower`)."""
+def generate(mod: Any, arch: str = "sm_90", instruments: list[Any] | None = None, options: Any = None) -> CudaSource:
+    """CUDA C for the kernel in ``mod`` (the output of :func:`lower`); ``options`` as for :func:`lower`
+    (``tl.cuda.streaming_loads`` is applied here)."""
     import tvm
     from tvm.tirx.build import codegen_build, split_host_device_mods
 
+    from ...pass_config import PassConfigKey, resolve
     from ...transform._cuda_common import ATTR_LAUNCH, ATTR_SMEM
 
     func = mod["main"]
@@ -123,7 +126,8 @@ def generate(mod: Any, arch: str = "sm_90", instruments: list[Any] | None = None
     source = HEADER + (captured.sources[-1] if captured.called else rt.inspect_source(""))
     if not re.search(rf"__global__\s+void\s+(__launch_bounds__\(\d+\)\s+)?{re.escape(kname)}\s*\(", source):
         raise TileLangCompileError(f"kernel {kname} not found in the generated CUDA source", stage="codegen")
-    if streaming_loads.enabled():  # read-once inputs: evict-first loads (a cache hint; see streaming_loads)
+    if resolve(options)[PassConfigKey.TL_CUDA_STREAMING_LOADS]:
+        # read-once inputs: evict-first loads (a cache hint; see streaming_loads)
         source = streaming_loads.rewrite_source(source, streaming_loads.streaming_buffers(func))
     cluster = func.attrs["tl.cluster_dims"] if func.attrs is not None and "tl.cluster_dims" in func.attrs else None
     if cluster is not None:  # a compile-time cluster shape (split-K through distributed shared memory)

@@ -31,12 +31,47 @@ def find_nvcc() -> str | None:
     return None
 
 
-def nvcc_command(source: Path, output: Path, arch: str, nvcc: str | None = None) -> list[str]:
-    """The nvcc command line that turns ``source`` into a cubin for ``arch`` (e.g. ``sm_90``)."""
+def nvcc_command(source: Path, output: Path, arch: str, nvcc: str | None = None,
+                 flags: list[str] | None = None) -> list[str]:
+    """The nvcc command line that turns ``source`` into a cubin for ``arch`` (e.g. ``sm_90``); ``flags`` (the
+    kernel's ``compile_flags``) go before the output."""
     nvcc = nvcc or find_nvcc() or "nvcc"
     code = arch.replace("sm_", "")
     return [nvcc, "-cubin", f"-gencode=arch=compute_{code},code=sm_{code}", "-O3", "-std=c++17",
-            "-Xptxas=-v", "-diag-suppress=177", f"-I{INCLUDE_DIR}", "-o", str(output), str(source)]
+            "-Xptxas=-v", "-diag-suppress=177", f"-I{INCLUDE_DIR}", *(flags or []), "-o", str(output), str(source)]
+
+
+@functools.lru_cache(maxsize=8)
+def _nvcc_version(nvcc: str) -> str:
+    try:
+        res = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
+        return res.stdout.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"unavailable: {e}"
+
+
+@functools.lru_cache(maxsize=1)
+def _nvrtc_version() -> str:
+    try:
+        from cuda.bindings import nvrtc
+
+        err, major, minor = nvrtc.nvrtcVersion()
+        return f"{major}.{minor}" if err == nvrtc.nvrtcResult.NVRTC_SUCCESS else f"unavailable: {err}"
+    except Exception as e:  # noqa: BLE001 - ImportError, or the library missing
+        return f"unavailable: {type(e).__name__}"
+
+
+def compiler_identity(arch: str, compiler: str = "auto", flags: list[str] | None = None) -> dict[str, str]:
+    """What identifies the CUDA compiler a build would use, for the kernel cache key: which one (nvcc or NVRTC),
+    its version (``nvcc --version``; NVRTC's version) and the exact flags (paths of the source and output left
+    out)."""
+    which = resolve_compiler(compiler)
+    if which == "nvrtc":
+        return {"compiler": "nvrtc", "version": _nvrtc_version(),
+                "flags": " ".join([*_nvrtc_options(arch), *(flags or [])])}
+    nvcc = find_nvcc() or "nvcc"
+    cmd = nvcc_command(Path("kernel.cu"), Path("kernel.cubin"), arch, nvcc, flags)
+    return {"compiler": "nvcc", "path": nvcc, "version": _nvcc_version(nvcc), "flags": " ".join(cmd[1:])}
 
 
 COMPILERS = ("auto", "nvcc", "nvrtc")
@@ -92,15 +127,17 @@ def resolve_compiler(compiler: str = "auto") -> str:
     return compiler
 
 
-def compile_cubin(source: Path, output: Path, arch: str, compiler: str = "auto") -> tuple[list[str], str]:
-    """Compile ``source`` to ``output``; returns (command, compiler messages: ptxas resource usage)."""
+def compile_cubin(source: Path, output: Path, arch: str, compiler: str = "auto",
+                  flags: list[str] | None = None) -> tuple[list[str], str]:
+    """Compile ``source`` to ``output`` (``flags``: extra compiler options); returns (command, compiler messages:
+    ptxas resource usage)."""
     if resolve_compiler(compiler) == "nvrtc":
-        return _compile_nvrtc(source, output, arch)
+        return _compile_nvrtc(source, output, arch, flags)
     nvcc = find_nvcc()
     if nvcc is None:
         raise TileLangCompileError("compiler='nvcc': nvcc is not on PATH (set TILELANG_CORE_NVCC or CUDA_HOME)",
                                    stage="nvcc")
-    cmd = nvcc_command(source, output, arch, nvcc)
+    cmd = nvcc_command(source, output, arch, nvcc, flags)
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise TileLangCompileError(f"nvcc failed to compile the generated CUDA code ({source}):\n"
@@ -108,15 +145,16 @@ def compile_cubin(source: Path, output: Path, arch: str, compiler: str = "auto")
     return cmd, res.stderr
 
 
-def compile_ptx(source: Path, arch: str, compiler: str = "auto") -> tuple[str, list[str]]:
+def compile_ptx(source: Path, arch: str, compiler: str = "auto",
+                flags: list[str] | None = None) -> tuple[str, list[str]]:
     """The PTX of ``source`` for ``arch`` (same flags as the cubin build); returns (text, command)."""
     import tempfile
 
     if resolve_compiler(compiler) == "nvrtc":
-        return _nvrtc_ptx(source, arch)
+        return _nvrtc_ptx(source, arch, flags)
     with tempfile.TemporaryDirectory(prefix="tilelang_core_ptx_") as tmp:
         out = Path(tmp) / "kernel.ptx"
-        cmd = [c for c in nvcc_command(source, out, arch) if c not in ("-cubin", "-Xptxas=-v")]
+        cmd = [c for c in nvcc_command(source, out, arch, flags=flags) if c not in ("-cubin", "-Xptxas=-v")]
         cmd.insert(1, "-ptx")
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode != 0:
@@ -152,10 +190,10 @@ def _nvrtc_program(source: Path, opts: list[str]) -> tuple[object, str]:
     return prog, log.decode(errors="replace").rstrip("\x00 ")
 
 
-def _compile_nvrtc(source: Path, output: Path, arch: str) -> tuple[list[str], str]:
+def _compile_nvrtc(source: Path, output: Path, arch: str, flags: list[str] | None = None) -> tuple[list[str], str]:
     from cuda.bindings import nvrtc
 
-    opts = _nvrtc_options(arch)
+    opts = [*_nvrtc_options(arch), *(flags or [])]
     prog, log = _nvrtc_program(source, opts)
     err, size = nvrtc.nvrtcGetCUBINSize(prog)
     _check_nvrtc(err, "nvrtcGetCUBINSize")
@@ -166,10 +204,10 @@ def _compile_nvrtc(source: Path, output: Path, arch: str) -> tuple[list[str], st
     return ["nvrtc", *opts, str(source)], log
 
 
-def _nvrtc_ptx(source: Path, arch: str) -> tuple[str, list[str]]:
+def _nvrtc_ptx(source: Path, arch: str, flags: list[str] | None = None) -> tuple[str, list[str]]:
     from cuda.bindings import nvrtc
 
-    opts = _nvrtc_options(arch)
+    opts = [*_nvrtc_options(arch), *(flags or [])]
     opts[0] = opts[0].replace("sm_", "compute_")  # PTX is for a virtual architecture
     prog, _ = _nvrtc_program(source, opts)
     err, size = nvrtc.nvrtcGetPTXSize(prog)

@@ -16,12 +16,11 @@ quarter of that input's bytes (GEMV, reductions; not elementwise kernels or soft
 own output and measured a few % slower with it). The rewrite is textual, on the
 generated CUDA: ``*(T*)(X_ptr + i)`` becomes ``__ldcs((const T*)(X_ptr + i))`` and ``X_ptr[i]`` becomes
 ``__ldcs(&X_ptr[i])``, for the element and vector types ``__ldcs`` has overloads for; other forms are left as they
-are. ``TILELANG_CORE_CUDA_STREAMING_LOADS=0`` turns it off.
+are. ``pass_configs={"tl.cuda.streaming_loads": False}`` turns it off.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
@@ -31,10 +30,6 @@ LDCS_TYPES = {"float", "float2", "float4", "int", "int2", "int4", "uint", "uint2
               "ushort", "char2", "char4", "uchar2", "uchar4", "short2", "short4", "ushort2", "ushort4"}
 WRITE_SHARE = 4  # stream an input only if the kernel writes less than a quarter of its bytes
 SCALAR_DTYPES = {"float32", "float16", "int32", "uint32", "float64", "int8", "uint8", "int16", "uint16"}
-
-
-def enabled() -> bool:
-    return os.environ.get("TILELANG_CORE_CUDA_STREAMING_LOADS", "1") != "0"
 
 
 def streaming_buffers(func: Any) -> dict[str, str]:

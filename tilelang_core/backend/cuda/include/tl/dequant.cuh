@@ -13,8 +13,7 @@
 // physical k0' + (2h, 2h+4, 2h+1, 2h+5); the A fragment is built from one 16-byte load of the same 8 physical k
 // of rows g and g + 8 and two byte permutes per register. (Lanes q = 2, 3 walk their four words starting at word
 // 2, which keeps the A loads free of bank conflicts; A and B of a lane always use the same word, so the sum is
-// unchanged.) sc: this thread's scales, sc[ni * NC + chunk] (NC == 1: one per row). MODE is a measurement switch (TILELANG_CORE_CUDA_DQ4_MODE): 0 computes; 1 does nothing (the
-// kernel is then its memory pipeline alone); 2 unpacks but skips the mma.sync (xor-folds the weights into C[0]).
+// unchanged.) sc: this thread's scales, sc[ni * NC + chunk] (NC == 1: one per row).
 // SETS > 1 accumulates successive k-steps into SETS register sets (summed into C at the end of the call): at decode
 // sizes a warp has only MT * NT accumulators, and one dependent mma.sync chain each would bound the loop by the
 // mma latency.
@@ -64,9 +63,9 @@ __device__ __forceinline__ void dq4_unpack(unsigned w, half2 s, unsigned (&b)[2]
 // C / xacc. With no swizzle or a row swizzle (SWZ_A == log2 of the row's bytes: the row only permutes the 16-byte
 // chunks inside a 128-byte line) the four per-word A addresses do not depend on kc, mi or the +8 row, so they are
 // formed once; any other swizzle is applied per load.
-template <int MT, int NT, int K, int SWZ_A, int MAGIC, int MAGIC_HI, int SETS, int MODE, bool UNSCALED = false>
+template <int MT, int NT, int K, int SWZ_A, int MAGIC, int MAGIC_HI, int SETS, bool UNSCALED = false>
 __device__ __forceinline__ void dq4_chunk(unsigned a_base, int row0, int kc, int g, int q, const uint4* bw,
-                                          const half2* s2, float* C, float (*xacc)[MT * NT * 4], unsigned& fold) {
+                                          const half2* s2, float* C, float (*xacc)[MT * NT * 4]) {
   constexpr bool ROW_SWIZZLE = SWZ_A == 0 || (1 << SWZ_A) == K * 2;
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
@@ -99,16 +98,12 @@ __device__ __forceinline__ void dq4_chunk(unsigned a_base, int row0, int kc, int
       const unsigned wd = w == 0 ? bw[ni].x : w == 1 ? bw[ni].y : w == 2 ? bw[ni].z : bw[ni].w;
       unsigned b[2][2];
       dq4_unpack<MAGIC, MAGIC_HI, UNSCALED>(wd, s2[ni], b);
-      if constexpr (MODE == 2) {
-        fold ^= b[0][0] ^ b[0][1] ^ b[1][0] ^ b[1][1] ^ a[0][0][0] ^ a[1][0][3];
-      } else {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int set = ((kc * 4 + w) * 2 + h) % SETS;  // a compile-time constant once unrolled
-          float* acc = set == 0 ? C : xacc[set > 0 ? set - 1 : 0];
+      for (int h = 0; h < 2; ++h) {
+        const int set = ((kc * 4 + w) * 2 + h) % SETS;  // a compile-time constant once unrolled
+        float* acc = set == 0 ? C : xacc[set > 0 ? set - 1 : 0];
 #pragma unroll
-          for (int mi = 0; mi < MT; ++mi) Mma16816<half>::run(acc + (mi * NT + ni) * 4, a[h][mi], b[h]);
-        }
+        for (int mi = 0; mi < MT; ++mi) Mma16816<half>::run(acc + (mi * NT + ni) * 4, a[h][mi], b[h]);
       }
     }
   }
@@ -133,20 +128,16 @@ __device__ __forceinline__ void dq4_zero_sets(float (*xacc)[R]) {
 }
 
 template <int SETS, int R>
-__device__ __forceinline__ void dq4_fold_sets(float* C, float (*xacc)[R], unsigned fold, int mode) {
+__device__ __forceinline__ void dq4_fold_sets(float* C, float (*xacc)[R]) {
 #pragma unroll
   for (int s = 0; s + 1 < SETS; ++s) {
 #pragma unroll
     for (int r = 0; r < R; ++r) C[r] += xacc[s][r];
   }
-  if (mode == 2) C[0] += __uint_as_float(fold & 0x3fffffffu) * 1e-30f;
 }
 
-template <int M, int N, int K, int WARP_M, int WARP_N, int SWZ_A, int MAGIC, int MAGIC_HI, int NC, int SETS = 1,
-          int MODE = 0>
+template <int M, int N, int K, int WARP_M, int WARP_N, int SWZ_A, int MAGIC, int MAGIC_HI, int NC, int SETS = 1>
 __device__ __forceinline__ void gemm_dq4(const half* A, const unsigned char* P, const half* sc, float* C) {
-  if constexpr (MODE == 1) return;
-  unsigned fold = 0;
   constexpr int WM = M / WARP_M, WN = N / WARP_N;
   constexpr int MT = WM / 16, NT = WN / 8;
   static_assert(WM % 16 == 0 && WN % 8 == 0 && K % 128 == 0, "gemm_dq4: tile does not fit the warp grid");
@@ -165,9 +156,9 @@ __device__ __forceinline__ void gemm_dq4(const half* A, const unsigned char* P, 
       bw[ni] = dq4_rotate(lds128(p_base + (wc * WN + ni * 8 + g) * (K / 2) + kc * 64 + q * 16), q);
       s2[ni] = __half2half2(sc[ni * NC + (NC == 1 ? 0 : kc)]);
     }
-    dq4_chunk<MT, NT, K, SWZ_A, MAGIC, MAGIC_HI, SETS, MODE>(a_base, wr * WM, kc, g, q, bw, s2, C, xacc, fold);
+    dq4_chunk<MT, NT, K, SWZ_A, MAGIC, MAGIC_HI, SETS>(a_base, wr * WM, kc, g, q, bw, s2, C, xacc);
   }
-  dq4_fold_sets<SETS, MT * NT * 4>(C, xacc, fold, MODE);
+  dq4_fold_sets<SETS, MT * NT * 4>(C, xacc);
 }
 
 // -- weights straight from global memory (decode tiles: one warp row, WARP_M == 1) ------------------------------
@@ -202,8 +193,8 @@ __device__ __forceinline__ uint4 ldg128_stream(const void* p, bool pred) {
   return v;
 }
 
-template <int M, int N, int K, int WARP_N, int SWZ_A, int MAGIC, int MAGIC_HI, int NC, int SETS, int MODE,
-          int ROW_BYTES, int NEXT, int DEPTH>
+template <int M, int N, int K, int WARP_N, int SWZ_A, int MAGIC, int MAGIC_HI, int NC, int SETS, int ROW_BYTES,
+          int NEXT, int DEPTH>
 struct Dq4Direct {
   static constexpr int WN = N / WARP_N, MT = M / 16, NT = WN / 8, KC = K / 128, R = DEPTH + 1;
   static constexpr int WORDS = KC * NT * 4;  // registers per tile and thread
@@ -235,14 +226,6 @@ struct Dq4Direct {
   // the product of one tile (registers w) with the A tile
   static __device__ __forceinline__ void compute(const unsigned* w, const half* A, const half* sc, float* C) {
     const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-    if constexpr (MODE == 1) {  // measurement: the loads alone
-      unsigned x = 0;
-#pragma unroll
-      for (int i = 0; i < WORDS; ++i) x ^= w[i];
-      C[0] += __uint_as_float(x & 0x3fffffffu) * 1e-30f;
-      return;
-    }
-    unsigned fold = 0;
     const unsigned a_base = smem_addr(A);
     constexpr int REGS = MT * NT * 4;
     float xacc[SETS > 1 ? SETS - 1 : 1][REGS];
@@ -264,9 +247,9 @@ struct Dq4Direct {
         bv[ni] = dq4_rotate(make_uint4(r[0], r[1], r[2], r[3]), q);
         s2[ni] = LATE ? __float2half2_rn(1.f) : __half2half2(sc[ni * NC + (NC == 1 ? 0 : kc)]);
       }
-      dq4_chunk<MT, NT, K, SWZ_A, MAGIC, MAGIC_HI, SETS, MODE, LATE>(a_base, 0, kc, g, q, bv, s2, acc, xacc, fold);
+      dq4_chunk<MT, NT, K, SWZ_A, MAGIC, MAGIC_HI, SETS, LATE>(a_base, 0, kc, g, q, bv, s2, acc, xacc);
     }
-    dq4_fold_sets<SETS, REGS>(acc, xacc, fold, MODE);
+    dq4_fold_sets<SETS, REGS>(acc, xacc);
     if constexpr (LATE) {  // register (mi, ni, c) holds column ni * 8 + 2 q + (c & 1): its scale is sc[ni * 2 + (c & 1)]
 #pragma unroll
       for (int mi = 0; mi < MT; ++mi)
@@ -297,18 +280,18 @@ struct Dq4Direct {
 template <int N, int K, int WARP_N, int ROW_BYTES, int NEXT, int DEPTH>
 __device__ __forceinline__ void gemm_dq4g_prefetch(const unsigned char* Pg, int rows_left, int cols_left,
                                                    void* wbuf_, int tiles) {
-  using D = Dq4Direct<16, N, K, WARP_N, 0, 0, 0, 1, 1, 0, ROW_BYTES, NEXT, DEPTH>;
+  using D = Dq4Direct<16, N, K, WARP_N, 0, 0, 0, 1, 1, ROW_BYTES, NEXT, DEPTH>;
 #pragma unroll
   for (int j = 0; j < DEPTH; ++j)
     D::load(static_cast<unsigned*>(wbuf_) + j * D::WORDS, Pg + j * NEXT, j < tiles ? rows_left : 0,
             cols_left - j * NEXT);
 }
 
-template <int M, int N, int K, int WARP_N, int SWZ_A, int MAGIC, int MAGIC_HI, int NC, int SETS, int MODE,
-          int ROW_BYTES, int NEXT, int DEPTH = 1>
+template <int M, int N, int K, int WARP_N, int SWZ_A, int MAGIC, int MAGIC_HI, int NC, int SETS, int ROW_BYTES,
+          int NEXT, int DEPTH = 1>
 __device__ __forceinline__ void gemm_dq4g(const half* A, const unsigned char* Pg, int rows_left, int cols_left,
                                           const half* sc, float* C, void* wbuf_, int it, int more) {
-  using D = Dq4Direct<M, N, K, WARP_N, SWZ_A, MAGIC, MAGIC_HI, NC, SETS, MODE, ROW_BYTES, NEXT, DEPTH>;
+  using D = Dq4Direct<M, N, K, WARP_N, SWZ_A, MAGIC, MAGIC_HI, NC, SETS, ROW_BYTES, NEXT, DEPTH>;
   if constexpr (NEXT > 0) {
     D::template step<0>(static_cast<unsigned*>(wbuf_), it % D::R, more, A, Pg, rows_left, cols_left, sc, C);
   } else {
@@ -364,7 +347,7 @@ __device__ __forceinline__ bool splitk_global_reduce(float* acc) {
   return true;
 }
 
-// -- split-K across a thread-block cluster (sm_90; TILELANG_CORE_CUDA_SPLIT_K_REDUCE=cluster) -------------------------------------------------------------
+// -- split-K across a thread-block cluster (sm_90; pass_configs tl.cuda.split_k_reduce='cluster') -------------------------------------------------------------
 // The S blocks of a cluster (__cluster_dims__(1, 1, S)) each accumulated one share of K into acc (R registers per
 // thread, same layout in every block). Each block parks its partials in its own shared memory (slot r * THREADS +
 // tid: consecutive threads, consecutive words), the cluster synchronises, and rank 0 adds ranks 1..S-1 in order

@@ -1,0 +1,184 @@
+"""Compiler options as data: ``pass_configs``, validated, threaded to the passes, part of the kernel cache key.
+
+``@tilelang.jit(pass_configs={...})`` and ``tilelang.compile(..., pass_configs={...})`` take a dict whose keys
+are :class:`PassConfigKey` values (plain strings, as in TileLang). :func:`resolve` checks every entry (an unknown
+key or a value of the wrong type is an error naming the key, what is accepted and what was given) and returns a
+:class:`PassConfig`: every option with its value (defaults filled in), frozen. That one object travels from
+``compile`` through ``backend.cuda.lower`` / ``generate`` / ``build`` to the passes that read it; no pass reads
+an environment variable. Its :meth:`PassConfig.key` is hashed into the disk and memory cache keys, so two
+kernels compiled with different options never share an entry.
+
+TileLang's key names are accepted where this compiler has an equivalent or where the option cannot change our
+output (those are validated and documented as no-ops: we emit no TMA, no warp specialisation, ...). Options of
+our own live under ``tl.cuda.*``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+class PassConfigKey:
+    """The accepted ``pass_configs`` keys (strings; ``PassConfigKey.TL_CUDA_FUSE_DEQUANT == "tl.cuda.fuse_dequant"``).
+
+    TileLang's names, accepted and validated, with no effect here (documented in :data:`OPTIONS`):
+    ``TL_DISABLE_TMA_LOWER``, ``TL_DISABLE_WARP_SPECIALIZED``, ``TL_ENABLE_FAST_MATH``, ``TL_DISABLE_FAST_MATH``,
+    ``TL_DISABLE_VECTORIZE_256``. Ours: ``TL_CUDA_*``.
+    """
+
+    TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"
+    TL_DISABLE_WARP_SPECIALIZED = "tl.disable_warp_specialized"
+    TL_ENABLE_FAST_MATH = "tl.enable_fast_math"
+    TL_DISABLE_FAST_MATH = "tl.disable_fast_math"
+    TL_DISABLE_VECTORIZE_256 = "tl.disable_vectorize_256"
+
+    TL_CUDA_FUSE_DEQUANT = "tl.cuda.fuse_dequant"
+    TL_CUDA_DQ4_DIRECT = "tl.cuda.dq4_direct"
+    TL_CUDA_DQ4_LATE_SCALE = "tl.cuda.dq4_late_scale"
+    TL_CUDA_DQ4_DEPTH = "tl.cuda.dq4_depth"
+    TL_CUDA_SPLIT_K = "tl.cuda.split_k"
+    TL_CUDA_SPLIT_K_REDUCE = "tl.cuda.split_k_reduce"
+    TL_CUDA_FUSED_GEMM = "tl.cuda.fused_gemm"
+    TL_CUDA_STREAMING_LOADS = "tl.cuda.streaming_loads"
+    TL_CUDA_COMPILER = "tl.cuda.compiler"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One accepted key: its type (``"bool"``, ``"int"`` or ``"choice"``), default, bounds or choices, and what it
+    does (``effect``; ``None`` for a TileLang key accepted as a no-op, with ``why`` saying why)."""
+
+    key: str
+    kind: str
+    default: Any
+    doc: str
+    choices: tuple[Any, ...] = ()
+    minimum: int | None = None
+    noop: bool = False
+
+    def accepted(self) -> str:
+        if self.kind == "bool":
+            return "True or False"
+        if self.choices:
+            return "one of " + ", ".join(repr(c) for c in self.choices)
+        return f"an int >= {self.minimum}" if self.minimum is not None else "an int"
+
+    def check(self, value: Any) -> Any:
+        ok = False
+        if self.kind == "bool":
+            ok = isinstance(value, bool)
+        elif self.kind == "int":
+            ok = isinstance(value, int) and not isinstance(value, bool) and \
+                (self.minimum is None or value >= self.minimum)
+            if ok and self.choices:
+                ok = value in self.choices
+        elif self.kind == "choice":
+            ok = isinstance(value, str) and value in self.choices
+        if not ok:
+            raise ValueError(f"pass_configs[{self.key!r}]: expected {self.accepted()}, got {value!r}")
+        return value
+
+
+K = PassConfigKey
+_NOOP = "accepted for TileLang compatibility; no effect here: "
+OPTIONS: dict[str, Option] = {o.key: o for o in [
+    Option(K.TL_DISABLE_TMA_LOWER, "bool", False, _NOOP + "this compiler emits no TMA copies", noop=True),
+    Option(K.TL_DISABLE_WARP_SPECIALIZED, "bool", False, _NOOP + "this compiler does not warp-specialise",
+           noop=True),
+    Option(K.TL_ENABLE_FAST_MATH, "bool", False, _NOOP + "our exp/exp2 lowering is always the fast polynomial one "
+           "and nvcc runs without --use_fast_math", noop=True),
+    Option(K.TL_DISABLE_FAST_MATH, "bool", False, _NOOP + "see tl.enable_fast_math", noop=True),
+    Option(K.TL_DISABLE_VECTORIZE_256, "bool", False, _NOOP + "vector accesses are at most 128 bits wide",
+           noop=True),
+    Option(K.TL_CUDA_FUSE_DEQUANT, "bool", True, "CUDA: fuse a W4A16 dequantising nest into the tensor-core GEMM "
+           "(tl::gemm_dq4 / gemm_dq4g); False keeps the program's nest and a plain fp16 T.gemm"),
+    Option(K.TL_CUDA_DQ4_DIRECT, "bool", True, "CUDA, fused W4A16 at decode tiles (one warp row): read the packed "
+           "weights straight from global memory into registers; False stages them through shared memory as the "
+           "program says"),
+    Option(K.TL_CUDA_DQ4_LATE_SCALE, "bool", True, "CUDA, fused W4A16 with per-channel scales on the direct path: "
+           "scale the accumulators once per call (the exact product); False rounds each weight to fp16 as the "
+           "program's nest does"),
+    Option(K.TL_CUDA_DQ4_DEPTH, "int", 1, "CUDA, fused W4A16 direct path with a register ring: weight tiles in "
+           "flight ahead of the one computed (2 and 3 measured slower on the H200)", minimum=1),
+    Option(K.TL_CUDA_SPLIT_K, "int", 0, "CUDA, fused W4A16: split the K loop over 1, 2, 4 or 8 blocks; 0 chooses "
+           "from the grid and the SM count, 1 turns splitting off (a value that does not divide the loop falls "
+           "back to 1)", choices=(0, 1, 2, 4, 8), minimum=0),
+    Option(K.TL_CUDA_SPLIT_K_REDUCE, "choice", "workspace", "CUDA, split-K: how the partial sums meet: "
+           "'workspace' (a global workspace, the last block of a tile runs the epilogue; a cluster is used when "
+           "the workspace would be too large) or 'cluster' (distributed shared memory of a thread-block cluster, "
+           "sm_90)", choices=("workspace", "cluster")),
+    Option(K.TL_CUDA_FUSED_GEMM, "bool", True, "CUDA: the pipelined tensor-core GEMM mainloop as one fused "
+           "template (cp.async + ldmatrix + mma.sync); False keeps the generic pipelined loop"),
+    Option(K.TL_CUDA_STREAMING_LOADS, "bool", True, "CUDA: evict-first (__ldcs) loads for inputs read once in a "
+           "read-dominated kernel (a cache hint: results are unchanged)"),
+    Option(K.TL_CUDA_COMPILER, "choice", "auto", "CUDA: what turns CUDA C into a cubin: 'nvcc', 'nvrtc' (the CUDA "
+           "Python bindings) or 'auto' (nvcc when found, else NVRTC)", choices=("auto", "nvcc", "nvrtc")),
+]}
+
+
+@dataclass(frozen=True)
+class PassConfig:
+    """Every option with its value (defaults filled in), immutable; ``cfg[PassConfigKey.TL_CUDA_SPLIT_K]``."""
+
+    values: tuple[tuple[str, Any], ...]
+
+    def __getitem__(self, key: str) -> Any:
+        for k, v in self.values:
+            if k == key:
+                return v
+        raise KeyError(_unknown(key))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def explicit(self) -> dict[str, Any]:
+        """The options that differ from their defaults (what the user set to something else)."""
+        return {k: v for k, v in self.values if OPTIONS[k].default != v}
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.values)
+
+    def key(self) -> str:
+        """A stable text for the cache key (every option, sorted)."""
+        return repr(self.values)
+
+    def __repr__(self) -> str:
+        ex = self.explicit()
+        return "PassConfig(" + ", ".join(f"{k}={v!r}" for k, v in ex.items()) + ")" if ex else "PassConfig(defaults)"
+
+
+def _unknown(key: Any) -> str:
+    return (f"pass_configs: unknown key {key!r}; accepted keys: {', '.join(sorted(OPTIONS))} "
+            "(see tilelang_core.PassConfigKey)")
+
+
+def resolve(pass_configs: Mapping[str, Any] | PassConfig | None) -> PassConfig:
+    """Validate ``pass_configs`` (a dict of key -> value, a :class:`PassConfig`, or None) and fill in defaults."""
+    if isinstance(pass_configs, PassConfig):
+        return pass_configs
+    if pass_configs is None:
+        pass_configs = {}
+    if not isinstance(pass_configs, Mapping):
+        raise TypeError(f"pass_configs: expected a dict of option -> value, got {type(pass_configs).__name__}")
+    given = {}
+    for k, v in pass_configs.items():
+        if not isinstance(k, str) or k not in OPTIONS:
+            raise ValueError(_unknown(k))
+        given[k] = OPTIONS[k].check(v)
+    return PassConfig(tuple((k, given.get(k, o.default)) for k, o in sorted(OPTIONS.items())))
+
+
+DEFAULT = resolve(None)
+
+
+def describe() -> str:
+    """A table of the accepted keys (for docs and error messages)."""
+    return "\n".join(f"{o.key} ({o.accepted()}, default {o.default!r}): {o.doc}" for o in OPTIONS.values())
+
+
+__all__ = ["PassConfigKey", "PassConfig", "Option", "OPTIONS", "DEFAULT", "resolve", "describe"]
