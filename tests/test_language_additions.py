@@ -411,3 +411,29 @@ def macro_kernel(N):
 def test_macro_parameters_shadow_globals_of_the_same_name():
     v = torch.randn(64)
     torch.testing.assert_close(macro_kernel(64)(v), 2.5 * v)
+
+
+@tilelang.jit(out_idx=[-1])
+def tanh_of(N, dtype="float32"):
+    @T.prim_func
+    def main(X: T.Tensor((N,), dtype), Y: T.Tensor((N,), dtype)):
+        with T.Kernel(T.ceildiv(N, 64)) as bx:
+            for i in T.Parallel(64):
+                Y[bx * 64 + i] = T.tanh(X[bx * 64 + i])
+
+    return main
+
+
+@pytest.mark.parametrize("dtype,rtol", [("float32", 2.5e-7), ("float64", 1e-15), ("bfloat16", 8e-3),
+                                        ("float16", 1e-3)])
+def test_tanh_keeps_relative_accuracy_from_tiny_to_saturated_arguments(dtype, rtol):
+    """TVM's tanh lowering cancels for small |x|: tanh(1e-6) was 0 and the relative error 1e-4 near 1e-3."""
+    n = 4096
+    tdt = getattr(torch, dtype)
+    tiny = 6e-5 if dtype == "float16" else 1e-30  # float16's smallest normal
+    mag = torch.exp(torch.empty(n, dtype=torch.float64).uniform_(math.log(tiny), math.log(20.0)))
+    x = (mag * torch.where(torch.rand(n) < 0.5, -1.0, 1.0).double()).to(tdt)
+    x[:4] = torch.tensor([math.nan, math.inf, -math.inf, 0.0])
+    y = tanh_of(n, dtype)(x)
+    ref = torch.tanh(x.double()).to(tdt)
+    torch.testing.assert_close(y, ref, rtol=rtol, atol=0, equal_nan=True)
