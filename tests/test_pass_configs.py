@@ -268,3 +268,24 @@ def test_the_cuda_compiler_identity_and_compile_flags_are_part_of_the_key(cache_
     _compiles_afresh(cache_dir, _w4a16)
     assert nvcc.compiler_identity("sm_90", "nvcc")["version"].endswith("99.9")
     assert "-O3" in nvcc.compiler_identity("sm_90", "nvcc")["flags"]
+
+
+def test_a_failed_compile_records_the_options_and_its_reproducer_applies_them(tmp_path):
+    import subprocess
+    import sys
+
+    from tilelang_core.errors import TileLangCompileError
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import test_trace
+
+    opts = {"tl.disable_warp_specialized": True}
+    factory = tilelang.jit(out_idx=[-1], pass_configs=opts)(test_trace.broken_gemm.factory)
+    with pytest.raises(TileLangCompileError) as ei:
+        factory(128, 128, 128)
+    rep = ei.value.report
+    assert rep.pass_configs == opts and "pass_configs={'tl.disable_warp_specialized': True}" in rep.render()
+    path = ei.value.save_repro(tmp_path / "repro.py")
+    assert "PASS_CONFIGS = {'tl.disable_warp_specialized': True}" in path.read_text()
+    res = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode == 1 and "reproduced the same error" in res.stderr, res.stderr[-3000:]

@@ -60,6 +60,7 @@ class FailureReport:
     command_output: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
     environment: dict[str, str] = field(default_factory=dict)  # compiler-affecting environment variables
+    pass_configs: dict[str, Any] = field(default_factory=dict)  # the compiler options that differ from the defaults
     check: dict[str, Any] = field(default_factory=dict)  # a failed check: reference, rtol, atol, seed, errors
 
     def fill(self, **values: Any) -> FailureReport:
@@ -83,6 +84,8 @@ class FailureReport:
         if self.params:
             out.append(f"  params:    {', '.join(self.params)}")
         out.append(f"  target:    {self.resolved_target or self.target}  (out_idx={self.out_idx})")
+        if self.pass_configs:
+            out.append(f"  options:   pass_configs={self.pass_configs!r}")
         if self.kind == "compile":
             good = self.last_good_stage or "none (the program was not built)"
             out.append(f"  stage:     {self.stage} failed; last good stage: {good}")

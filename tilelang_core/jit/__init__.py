@@ -359,7 +359,8 @@ class JITFactory:
         """Record the factory, its arguments and its source file in the error's failure report."""
         from ..trace.report import describe_factory
 
-        describe_factory(err, self.factory, config, out_idx=self.out_idx, target=self.target, jit=True)
+        describe_factory(err, self.factory, config, out_idx=self.out_idx, target=self.target, jit=True,
+                         pass_configs=self.pass_configs)
 
     @property
     def pass_configs(self) -> PassConfig:

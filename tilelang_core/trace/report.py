@@ -44,7 +44,7 @@ def describe_compile_failure(err: TileLangCompileError, program: Any, *, target:
     """Add the compile-level facts to ``err.report`` and attach ``err.trace`` (the trace up to the failure)."""
     rep = err.ensure_report()
     rep.fill(target=target, resolved_target=resolved_target, out_idx=out_idx, params=[str(p) for p in specs],
-             versions=_versions(), environment=compiler_environment())
+             versions=_versions(), environment=compiler_environment(), pass_configs=_explicit(pass_configs))
     try:
         from .recorder import capture
 
@@ -92,10 +92,22 @@ def source_text(file: str) -> str:
         return ""
 
 
+def _explicit(pass_configs: Any) -> dict[str, Any]:
+    """The options of ``pass_configs`` (a PassConfig, a dict or None) that differ from the defaults."""
+    if pass_configs is None:
+        return {}
+    from ..pass_config import resolve
+
+    return resolve(pass_configs).explicit()
+
+
 def describe_factory(err: TileLangCompileError, factory: Any, config: dict[str, Any], *, out_idx: Any,
-                     target: Any, jit: bool) -> None:
-    """Add the factory, its arguments (defaults applied) and its source file to ``err.report``."""
-    fill_factory(err.ensure_report(), factory, config, out_idx=out_idx, target=target, jit=jit)
+                     target: Any, jit: bool, pass_configs: Any = None) -> None:
+    """Add the factory, its arguments (defaults applied), its source file and the compiler options to
+    ``err.report``."""
+    rep = err.ensure_report()
+    fill_factory(rep, factory, config, out_idx=out_idx, target=target, jit=jit)
+    rep.fill(pass_configs=_explicit(pass_configs))
 
 
 def fill_factory(rep: FailureReport, factory: Any, config: dict[str, Any], *, out_idx: Any, target: Any,
@@ -123,6 +135,7 @@ def check_failure(message: str, kernel: Any, reference: Any, *, rtol: float, ato
     namespace: dict[str, Any] = {}
     if jf is not None and hasattr(jf, "factory"):
         fill_factory(rep, jf.factory, kernel.config, out_idx=jf.out_idx, target=jf.target, jit=True)
+        rep.fill(pass_configs=_explicit(getattr(kernel, "pass_configs", None)))
         namespace = getattr(inspect.unwrap(jf.factory), "__globals__", {})
     expr = _expression(reference, namespace)
     try:

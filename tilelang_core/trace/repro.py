@@ -65,6 +65,7 @@ JIT = {jit!r}  # True: a @tilelang_core.jit factory; False: a function returning
 ARGS = {args}
 OUT_IDX = {out_idx!r}
 TARGET = {target!r}
+PASS_CONFIGS = {pass_configs!r}  # the compiler options that differed from the defaults
 # compiler environment when it failed (compilers are applied only where they exist on this machine)
 ENVIRONMENT = {environment!r}
 EXPECTED_STAGE = {stage!r}
@@ -120,8 +121,12 @@ def build(tilelang_core, module):
     for part in FACTORY.split("."):
         factory = getattr(factory, part)
     if JIT:
+        if PASS_CONFIGS and getattr(factory, "factory", None) is not None:
+            factory = tilelang_core.jit(out_idx=factory.out_idx, target=factory.target,
+                                        pass_configs=PASS_CONFIGS)(factory.factory)
         return call(factory, arguments)
-    return tilelang_core.compile(call(factory, arguments), out_idx=OUT_IDX, target=TARGET)
+    return tilelang_core.compile(call(factory, arguments), out_idx=OUT_IDX, target=TARGET,
+                                 pass_configs=PASS_CONFIGS or None)
 
 
 {main}
@@ -203,7 +208,8 @@ def render_repro(err: TileLangCompileError | TileLangCheckError, script_name: st
         resolved=_docstring_safe(str(rep.resolved_target)),
         versions=", ".join(f"{k} {v}" for k, v in rep.versions.items()), script=script_name, module=module,
         factory=rep.factory, jit=rep.jit, args=args, out_idx=_plain(rep.out_idx), target=_plain(rep.target),
-        environment=dict(rep.environment), expected=repr(str(err)), source=_literal(rep.source),
+        environment=dict(rep.environment), pass_configs=dict(rep.pass_configs), expected=repr(str(err)),
+        source=_literal(rep.source),
         check_constants=check_constants, what=what, main=CHECK_MAIN if rep.kind == "check" else COMPILE_MAIN,
     )
 
