@@ -29,7 +29,7 @@ def marker_line(tag: str) -> int:
 def scaled_copy(N, block_N, dtype="float32"):
     @T.prim_func
     def main(A: T.Tensor((N,), dtype), B: T.Tensor((N,), dtype)):
-        with T.Kernel(T.ceildiv(N, block_N)) as bx:
+        with T.Kernel(T.ceildiv(N, block_N)) as bx:  # DIAG:ceildiv
             for i in T.Parallel(block_N):
                 B[bx * block_N + i] = A[bx * block_N + i] * 2.0
 
@@ -79,3 +79,40 @@ def test_unknown_tensor_dtype_is_named_at_its_line_under_postponed_annotations(f
     assert err.location is not None
     assert Path(err.location.file).resolve() == THIS_FILE
     assert err.location.line == marker_line(marker)
+
+
+# -- sizes that are not integers (factory arguments) ------------------------------------------------------------
+
+
+def check_none_block_size_reaching_ceildiv_is_reported() -> None:
+    with pytest.raises(TileLangCompileError) as info:
+        scaled_copy(300, None)  # used to segfault inside TVM
+    err = info.value
+    assert "T.ceildiv" in err.message and "got None" in err.message and "block_N" in err.message, err.message
+    assert err.location is not None and err.location.line == marker_line("ceildiv")
+
+
+def test_none_size_reaching_ceildiv_is_a_clear_error_naming_it_not_a_crash(run_isolated):
+    run_isolated(check_none_block_size_reaching_ceildiv_is_reported)
+
+
+@pytest.mark.parametrize("args,expected", [
+    ((300, 32.0), "T.ceildiv: second operand: expected an integer, got 32.0 (float), the value of block_N"),
+    ((None, 64), "T.Tensor shape: dimension 0: expected an integer, got None"),
+    ((0, 64), "T.Tensor shape: dimension 0 must be positive, got 0"),
+    ((300.0, 64), "T.Tensor shape: dimension 0: expected an integer, got 300.0"),
+], ids=["float-block", "none-shape", "zero-shape", "float-shape"])
+def test_non_integer_or_zero_sizes_get_our_message_not_a_tvm_check_failure(args, expected):
+    with pytest.raises(TileLangCompileError) as info:
+        scaled_copy(*args)
+    err = info.value
+    assert expected in err.message, err.message
+    assert err.location is not None and Path(err.location.file).resolve() == THIS_FILE
+
+
+def test_numpy_integer_sizes_behave_as_python_ints():
+    import numpy as np
+
+    kernel = scaled_copy(np.int64(300), np.int32(64))
+    x = torch.randn(300)
+    torch.testing.assert_close(kernel(x), 2.0 * x, rtol=0, atol=0)

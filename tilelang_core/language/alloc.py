@@ -19,13 +19,9 @@ SCOPE_VAR = "local.var"
 
 
 def _shape(shape: Any, what: str) -> tuple:
-    if isinstance(shape, int):
-        shape = (shape,)
-    shape = tuple(shape)
-    for i, s in enumerate(shape):
-        if isinstance(s, int) and s <= 0:
-            raise ValueError(f"{what} shape: dimension {i} must be positive, got {s} in {shape}")
-    return shape
+    from ._sizes import shape_value
+
+    return shape_value(shape, f"{what} shape")
 
 
 def alloc_shared(shape: Any, dtype: Any = "float32", scope: str = SCOPE_SHARED) -> Any:

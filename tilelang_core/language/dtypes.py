@@ -39,11 +39,13 @@ def canonical_dtype(dtype: Any, what: str = "dtype") -> str:
 
 def Tensor(shape: Any, dtype: Any = "float32", *args: Any, **kwargs: Any) -> Any:  # noqa: N802 (TileLang spelling)
     """A kernel parameter: a tensor of ``shape`` and ``dtype`` in global memory."""
-    if isinstance(shape, int):
-        shape = (shape,)
-    for i, s in enumerate(shape):
-        if isinstance(s, int) and s <= 0:
-            raise ValueError(f"T.Tensor shape: dimension {i} must be positive, got {s} in shape {tuple(shape)}")
+    from ._sizes import shape_value
+
+    try:
+        shape = shape_value(shape, "T.Tensor shape")
+    except (TypeError, ValueError) as e:
+        ANNOTATION_ERRORS.last = (str(e), "Tensor(")  # located at the first annotation line (see jit)
+        raise
     try:
         dt = canonical_dtype(dtype, "T.Tensor dtype")
     except ValueError as e:

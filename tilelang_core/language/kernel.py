@@ -35,6 +35,9 @@ def Kernel(*grid: Any, threads: Any = 128, is_cpu: bool = False, prelude: str | 
     """Launch a grid of blocks; yields ``bx`` for a 1-D grid, else ``(bx, by[, bz])``."""
     if not 1 <= len(grid) <= 3:
         raise ValueError(f"T.Kernel grid: expected 1 to 3 grid dimensions, got {len(grid)}")
+    from ._sizes import size_value
+
+    grid = tuple(size_value(g, f"T.Kernel grid: dimension {i}") for i, g in enumerate(grid))
     for i, g in enumerate(grid):
         if isinstance(g, int) and g <= 0:
             raise ValueError(f"T.Kernel grid: dimension {i} must be positive, got {g}")

@@ -41,6 +41,9 @@ def Parallel(*extents: Any) -> Any:  # noqa: N802
     """Element-wise loop nest over a tile: ``for i, j in T.Parallel(bM, bN)``."""
     if not extents:
         raise ValueError("T.Parallel: expected at least one extent")
+    from ._sizes import size_value
+
+    extents = tuple(size_value(e, f"T.Parallel: extent {i}") for i, e in enumerate(extents))
     frames = [_T.parallel(e, annotations={PARALLEL_ATTR: 1}) for e in extents]
     return frames[0] if len(frames) == 1 else _LoopNest(frames)
 

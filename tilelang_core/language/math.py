@@ -30,6 +30,9 @@ def _pair(a: Any, b: Any) -> tuple[Any, Any]:
 
 def ceildiv(a: Any, b: Any) -> Any:
     """Ceiling division; stays a Python int on Python ints."""
+    from ._sizes import size_value
+
+    a, b = size_value(a, "T.ceildiv: first operand"), size_value(b, "T.ceildiv: second operand")
     if isinstance(a, int) and isinstance(b, int):
         if b == 0:
             raise ZeroDivisionError("T.ceildiv: division by zero")
