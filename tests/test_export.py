@@ -141,6 +141,10 @@ def test_validation_errors_match_the_core(kernel, tmp_path, export_cache):
     a, b = torch.randn(128, 64), torch.randn(64, 96)
     bad_calls = [(a.double(), b), (a[:, :32].contiguous(), b), (a[0], b), (torch.randn(64, 128).t(), b),
                  ("x", b), (a,), (a, b, torch.empty(128, 96, dtype=torch.float16))]
+    storage = torch.randn(128 * 64 + 128 * 96)
+    a_shared = storage[:128 * 64].view(128, 64)
+    bad_calls += [(a_shared, b, storage[128 * 64 - 16:-16].view(128, 96)),  # output overlapping an input
+                  (torch._neg_view(a), b)]  # a lazily negated view
     for args in bad_calls:
         with pytest.raises((TypeError, ValueError)) as core_err:
             kernel(*args)

@@ -236,3 +236,40 @@ def test_64_byte_aligned_numpy_inputs_are_accepted_zero_copy(kernel):
     c = _numpy_at_offset((M, N), 0, rng)
     kernel(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+# -- outputs that share memory with an argument; lazily negated views -----------------------------------------
+
+
+def test_output_that_is_an_input_is_refused_naming_both(kernel, b):
+    """C = A @ B written into A (same shape when K == N) used to be silently wrong: the kernel overwrote rows of A it
+    still had to read. torch refuses out= arguments that overlap an input too."""
+    sq = matmul(64, 64, 64, 32, 32, 16)
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    a_before = a.clone()
+    with pytest.raises(ValueError, match="argument 'C' \\(an output\\) overlaps input 'A' in memory"):
+        sq(a, b, a)
+    with pytest.raises(ValueError, match="argument 'C' \\(an output\\) overlaps input 'B' in memory"):
+        sq(a, b, b)
+    assert torch.equal(a, a_before)  # refused before the launch: nothing written
+    out = torch.empty(64, 64)
+    torch.testing.assert_close(sq(a, b, out), a @ b, rtol=1e-4, atol=1e-4)  # a separate output still works
+
+
+def test_output_partly_overlapping_an_input_is_refused(kernel, a, b):
+    storage = torch.randn(M * K + M * N)
+    a_view = storage[:M * K].view(M, K)
+    c_view = storage[M * K - 16:M * K - 16 + M * N].view(M, N)  # shares A's last 16 elements
+    with pytest.raises(ValueError, match="overlaps input 'A'"):
+        kernel(a_view, b, c_view)
+    c_ok = storage[M * K:].view(M, N)  # adjacent, not overlapping
+    torch.testing.assert_close(kernel(a_view, b, c_ok), a_view @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_lazily_negated_views_are_refused_not_read_without_their_sign(kernel, a, b):
+    """torch._neg_view(a) shares a's memory with a negative bit; the kernel read the raw memory: +a instead of -a."""
+    with pytest.raises(ValueError, match="argument 'A': got a lazily negated view.*resolve_neg"):
+        kernel(torch._neg_view(a), b)
+    with pytest.raises(ValueError, match="argument 'C': got a lazily negated view"):
+        kernel(a, b, torch._neg_view(torch.empty(M, N)))
+    torch.testing.assert_close(kernel(torch._neg_view(a).resolve_neg(), b), -a @ b, rtol=1e-4, atol=1e-4)

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import TileLangRuntimeError
 from .artifact import Artifact, ParamSpec
-from .exported import check_tensor, force_backend_hooks, torch_dtype
+from .exported import check_no_overlap, check_tensor, force_backend_hooks, torch_dtype
 
 __all__ = ["KernelCallable", "check_tensor", "force_backend_hooks", "torch_dtype"]
 
@@ -49,7 +49,7 @@ class KernelCallable:
         out = list(values)
         for i, (v, (dt, shape)) in enumerate(zip(values, expected)):
             if not (type(v) is tensor_type and v.dtype is dt and v.shape == shape and v.device.type == self.device
-                    and v.is_contiguous()):
+                    and v.is_contiguous() and not v.is_neg()):
                 out[i] = self.check_arg(self.params[i], v)
         return out
 
@@ -80,6 +80,8 @@ class KernelCallable:
                             + (f" or all {n_all} including outputs" if self.out_idx else "")
                             + f", got {len(args)}")
         checked = self.check_args(full)
+        if len(args) == n_all:  # the caller's own outputs: refuse any that share memory with another argument
+            check_no_overlap(self.params, checked, self.out_idx)
         self._fn(*checked)
         if not self.out_idx:
             return None

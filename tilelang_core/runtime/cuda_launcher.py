@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import TileLangRuntimeError
 from .artifact import Artifact
 from .call import KernelCallable, torch_dtype
-from .exported import CUDA_ALIGNMENT, StreamOrder, raise_smem_limit
+from .exported import CUDA_ALIGNMENT, StreamOrder, check_no_overlap, raise_smem_limit
 
 _STREAM_AS_INT = True  # cuda.bindings takes raw stream handles as int; older versions need CUstream(...)
 
@@ -152,6 +152,8 @@ class CudaKernelCallable(KernelCallable):
         elif len(args) == n_all and self.out_idx:
             full = list(args)
             outs = [full[i] for i in self.out_idx]
+            if all(hasattr(t, "data_ptr") for t in full):  # else _launch raises the detailed argument error
+                check_no_overlap(self.params, full, self.out_idx)
         else:
             return super().__call__(*args)  # raises the argument-count error with the parameter names
         self._launch(*full)
@@ -166,7 +168,7 @@ class CudaKernelCallable(KernelCallable):
             dt, shape = exp[i]
             try:
                 ok = t.dtype is dt and t.shape == shape and t.is_cuda and t.is_contiguous() and \
-                    t.data_ptr() % CUDA_ALIGNMENT == 0
+                    t.data_ptr() % CUDA_ALIGNMENT == 0 and not t.is_neg()
             except AttributeError:
                 ok = False
             if not ok:

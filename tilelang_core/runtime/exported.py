@@ -279,8 +279,31 @@ def check_tensor(spec: Any, value: Any, device: str) -> Any:
     if not value.is_contiguous():
         raise ValueError(f"argument {spec.name!r}: expected a contiguous tensor, got strides {list(value.stride())}"
                          f" for shape {list(value.shape)} (call .contiguous() first)")
+    if value.is_neg():  # the kernel reads the raw memory: the lazy sign would be lost (or, for an output, kept)
+        raise ValueError(f"argument {spec.name!r}: got a lazily negated view (its negative bit is set, e.g. "
+                         f"torch._neg_view); call .resolve_neg() first")
     check_alignment(spec.name, value.data_ptr(), value.numel(), alignment_for(device, value.element_size()))
     return value
+
+
+def check_no_overlap(params: Any, tensors: list[Any], out_idx: list[int]) -> None:
+    """``ValueError`` naming both parameters when a caller's output tensor shares memory with another argument: the
+    kernel would overwrite values it still has to read (torch refuses such ``out=`` arguments too). Arguments are
+    already checked contiguous, so each occupies ``[data_ptr, data_ptr + nbytes)``."""
+    spans = []
+    for t in tensors:
+        n = t.numel() * t.element_size()
+        spans.append((t.data_ptr(), t.data_ptr() + n) if n else None)
+    for o in out_idx:
+        so = spans[o]
+        if so is None:
+            continue
+        for i, si in enumerate(spans):
+            if i != o and si is not None and si[0] < so[1] and so[0] < si[1]:
+                role = "output" if i in out_idx else "input"
+                raise ValueError(f"argument {params[o].name!r} (an output) overlaps {role} {params[i].name!r} in "
+                                 f"memory: the kernel would overwrite values it still reads; pass a separate "
+                                 f"output tensor (or clone the input)")
 
 
 def alignment_for(device: str, element_size: int) -> int:
@@ -392,6 +415,7 @@ class ExportedKernel:
             checked = full  # inputs checked above, outputs freshly allocated to spec
         elif len(args) == n_all and self.out_idx:
             checked = [self.check_arg(spec, a) for spec, a in zip(self.params, args)]
+            check_no_overlap(self.params, checked, self.out_idx)
             outs = [args[i] for i in self.out_idx]  # the caller's own objects, as given
         else:
             names = ", ".join(self.params[i].name for i in self.in_idx)
