@@ -327,8 +327,8 @@ def bench_dequant(key: tuple, es: list[dict[str, Any]], kernels: dict[str, Any],
                       f"(do_bench: {ms_w * 1e3:.1f} us)")
         if e["name"].endswith("_unfused"):
             unfused = ms
-        elif not e.get("check", True) or e.get("pass_configs"):
-            pass  # measurement variants and compiler options: shown above, never "best"
+        elif not e.get("check", True) or e.get("pass_configs") or e.get("variant_of"):
+            pass  # measurement variants, hand-built variants and compiler options: shown above, never "best"
         else:
             screened.append((ms, e["name"]))
     assert screened

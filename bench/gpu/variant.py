@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     (dst / "meta.json").write_text(json.dumps(meta, indent=1))
     manifest = json.loads((root / "manifest.json").read_text())
     entry = dict(next(e for e in manifest["entries"] if e["name"] == args.name))
-    entry.update(name=args.new, dir=args.new, env={"variant_of": args.name})
+    entry.update(name=args.new, dir=args.new, variant_of=args.name)
     if args.no_check:
         entry["check"] = False
     manifest["entries"] = [e for e in manifest["entries"] if e["name"] != args.new] + [entry]
