@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -277,3 +279,68 @@ def test_gemv_matches_torch_including_ragged_shapes(M, K):
     a = torch.randn(M, K)
     x = torch.randn(K)
     torch.testing.assert_close(kernel(a, x), a @ x, rtol=1e-4, atol=1e-4)
+
+
+# -- NaN: skipped by default (TileLang / CUDA fmaxf), propagated with nan_propagate=True (torch) ------------------
+
+
+@tilelang.jit(out_idx=[-1])
+def nan_reduce(M, N, kind, dim, nan_propagate, clear=True):
+    keep = M if dim == 1 else N
+    reduce_op = getattr(T, f"reduce_{kind}")
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((keep,), "float32")):
+        with T.Kernel(1):
+            x = T.alloc_fragment((M, N), "float32")
+            y = T.alloc_fragment((keep,), "float32")
+            T.copy(X, x)
+            if not clear:
+                T.fill(y, 0.5)
+            reduce_op(x, y, dim=dim, clear=clear, nan_propagate=nan_propagate)
+            T.copy(y, Y)
+
+    return main
+
+
+def _with_nans(M: int, N: int) -> torch.Tensor:
+    x = torch.randn(M, N)
+    x[2, 5] = math.nan
+    x[M - 1, N - 1] = math.nan  # the last element of the last row and column
+    x[4, :] = math.nan  # a whole row of NaN
+    return x
+
+
+@pytest.mark.parametrize("kind", ["max", "min", "absmax"])
+@pytest.mark.parametrize("dim", [0, 1])
+@pytest.mark.parametrize("M,N", [(8, 64), (8, 13)], ids=["simd-width", "odd-width"])
+def test_nan_propagate_reductions_give_nan_like_torch(kind, dim, M, N):
+    x = _with_nans(M, N)
+    y = nan_reduce(M, N, kind, dim, True)(x)
+    ref = torch_reduce(x, kind, dim)  # torch.amax / amin propagate NaN
+    assert ref.isnan().any()
+    torch.testing.assert_close(y, ref, rtol=0, atol=0, equal_nan=True)
+    if dim == 1:
+        y2 = nan_reduce(M, N, kind, dim, True, clear=False)(x)  # combined with what dst holds (0.5)
+        torch.testing.assert_close(y2, torch_combine(ref, torch.full_like(ref, 0.5), kind), rtol=0, atol=0,
+                                   equal_nan=True)
+
+
+@pytest.mark.parametrize("kind", ["max", "min", "absmax"])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_reductions_skip_nan_by_default_as_tilelang_and_cuda_do(kind, dim):
+    M, N = 8, 64
+    x = _with_nans(M, N)
+    x[4, :] = 1.0  # no all-NaN row: skipping leaves a number everywhere
+    y = nan_reduce(M, N, kind, dim, False)(x)
+    finite = torch.where(x.isnan(), {"max": -math.inf, "min": math.inf, "absmax": 0.0}[kind], x)
+    ref = torch_reduce(finite, kind, dim)
+    torch.testing.assert_close(y, ref, rtol=0, atol=0)
+
+
+
+def test_nan_propagate_is_refused_when_compiling_for_cuda_at_the_users_line():
+    """CUDA's tl::MaxOp / MinOp skip NaN: compiling nan_propagate=True for CUDA is an error, not a silent skip."""
+    with pytest.raises(tilelang.TileLangCompileError, match=r"nan_propagate=True\) is not supported on CUDA") as e:
+        tilelang.compile(nan_reduce.get_program(8, 64, "max", 1, True), out_idx=[-1], target="cuda")
+    assert e.value.location is not None and e.value.location.file == __file__

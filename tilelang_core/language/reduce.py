@@ -16,7 +16,7 @@ from ._ir import emit, shape_of, to_region
 REDUCE_KINDS = ("sum", "max", "min", "abssum", "absmax")
 
 
-def reduce(src: Any, dst: Any, kind: str, dim: int = -1, clear: bool = True) -> None:
+def reduce(src: Any, dst: Any, kind: str, dim: int = -1, clear: bool = True, nan_propagate: bool = False) -> None:
     if kind not in REDUCE_KINDS:
         raise ValueError(f"T.reduce kind: expected one of {REDUCE_KINDS}, got {kind!r}")
     if not isinstance(dim, int):
@@ -28,8 +28,16 @@ def reduce(src: Any, dst: Any, kind: str, dim: int = -1, clear: bool = True) -> 
     if not -rank <= dim < rank:
         raise ValueError(f"T.reduce_{kind} dim: expected a dimension in [{-rank}, {rank}) for a rank-{rank} src, "
                          f"got {dim}")
-    emit("tl.reduce", [to_region(src, None, f"T.reduce_{kind} src"), to_region(dst, None, f"T.reduce_{kind} dst"),
-                       tvm.ir.StringImm(kind), tirx.IntImm("int32", dim % rank), tirx.IntImm("bool", bool(clear))])
+    if not isinstance(nan_propagate, bool):
+        raise TypeError(f"T.reduce_{kind} nan_propagate: expected a Python bool, got {nan_propagate!r}")
+    if nan_propagate and kind not in ("max", "min", "absmax"):
+        raise ValueError(f"T.reduce_{kind}: nan_propagate applies to reduce_max, reduce_min and reduce_absmax "
+                         f"(a sum propagates NaN anyway)")
+    args = [to_region(src, None, f"T.reduce_{kind} src"), to_region(dst, None, f"T.reduce_{kind} dst"),
+            tvm.ir.StringImm(kind), tirx.IntImm("int32", dim % rank), tirx.IntImm("bool", bool(clear))]
+    if nan_propagate:  # only when set: programs without it keep their exact IR (and cache keys)
+        args.append(tirx.IntImm("bool", True))
+    emit("tl.reduce", args)
 
 
 def reduce_sum(src: Any, dst: Any, dim: int = -1, clear: bool = True) -> None:
@@ -37,14 +45,16 @@ def reduce_sum(src: Any, dst: Any, dim: int = -1, clear: bool = True) -> None:
     reduce(src, dst, "sum", dim, clear)
 
 
-def reduce_max(src: Any, dst: Any, dim: int = -1, clear: bool = True) -> None:
-    """Maximum along ``dim``."""
-    reduce(src, dst, "max", dim, clear)
+def reduce_max(src: Any, dst: Any, dim: int = -1, clear: bool = True, nan_propagate: bool = False) -> None:
+    """Maximum along ``dim``. A NaN element is skipped (as CUDA's ``fmaxf`` and TileLang do) unless
+    ``nan_propagate=True``, which makes the result NaN as ``torch.amax`` does (CPU only so far)."""
+    reduce(src, dst, "max", dim, clear, nan_propagate)
 
 
-def reduce_min(src: Any, dst: Any, dim: int = -1, clear: bool = True) -> None:
-    """Minimum along ``dim``."""
-    reduce(src, dst, "min", dim, clear)
+def reduce_min(src: Any, dst: Any, dim: int = -1, clear: bool = True, nan_propagate: bool = False) -> None:
+    """Minimum along ``dim``. A NaN element is skipped (as CUDA's ``fminf`` and TileLang do) unless
+    ``nan_propagate=True``, which makes the result NaN as ``torch.amin`` does (CPU only so far)."""
+    reduce(src, dst, "min", dim, clear, nan_propagate)
 
 
 def reduce_abssum(src: Any, dst: Any, dim: int = -1, clear: bool = True) -> None:
@@ -52,6 +62,7 @@ def reduce_abssum(src: Any, dst: Any, dim: int = -1, clear: bool = True) -> None
     reduce(src, dst, "abssum", dim, clear)
 
 
-def reduce_absmax(src: Any, dst: Any, dim: int = -1, clear: bool = True) -> None:
-    """Maximum absolute value along ``dim``."""
-    reduce(src, dst, "absmax", dim, clear)
+def reduce_absmax(src: Any, dst: Any, dim: int = -1, clear: bool = True, nan_propagate: bool = False) -> None:
+    """Maximum absolute value along ``dim``. A NaN element is skipped (as CUDA's ``fmaxf`` and TileLang do)
+    unless ``nan_propagate=True``, which makes the result NaN as ``torch.amax`` does (CPU only so far)."""
+    reduce(src, dst, "absmax", dim, clear, nan_propagate)

@@ -325,6 +325,7 @@ class LowerTileOpsCPU(Rewriter):
     def _lower_reduce(self, s: Any, args: list[Any]) -> Any:
         src, dst = Region.of(args[0]), Region.of(args[1])
         kind, dim, clear = str(args[2].value), const_int(args[3]), bool(const_int(args[4]))
+        nan_propagate = len(args) > 5 and bool(const_int(args[5]))
         dt = dst.buffer.dtype
         rank = len(src.extents)
         keep = [d for d in range(rank) if d != dim]
@@ -359,7 +360,17 @@ class LowerTileOpsCPU(Rewriter):
         def comb(x: Any, y: Any) -> Any:
             if kind in ("sum", "abssum"):
                 return x + y
-            return tirx.max(x, y) if kind in ("max", "absmax") else tirx.min(x, y)
+            m = tirx.max(x, y) if kind in ("max", "absmax") else tirx.min(x, y)
+            if not dt.startswith(("float", "bfloat")):
+                return m
+            if nan_propagate:  # x + y is NaN exactly when one of them is: branch-free, vectorises
+                return tirx.Select(tirx.isnan(x) | tirx.isnan(y), x + y, m)
+            # skip a NaN element as fmaxf / fminf do (CUDA's reduction, TileLang): ``y`` (the new element or lane)
+            # replaces ``x`` (the running value) only when the comparison holds, which a NaN never does. TVM's
+            # max(x, y) lets a NaN in y through, then a later max(NaN, z) drops it again: whether a row with a NaN
+            # came out NaN depended on where the NaN sat. One maxps/minps per step, as before.
+            better = y > x if kind in ("max", "absmax") else y < x
+            return tirx.Select(better, y, x)
 
         keep_ext = [src.extents[d] for d in keep]
         red_ext = src.extents[dim]

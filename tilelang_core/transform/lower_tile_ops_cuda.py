@@ -620,6 +620,10 @@ class LowerTileOpsCUDA(Rewriter):
     def _lower_reduce(self, s: Any, args: list[Any]) -> Any:
         src, dst = Region.of(args[0]), Region.of(args[1])
         kind, dim, clear = str(args[2].value), const_int(args[3]), bool(const_int(args[4]))
+        if len(args) > 5 and const_int(args[5]):
+            self.error(s.span, f"T.reduce_{kind}(nan_propagate=True) is not supported on CUDA yet (tl::MaxOp / "
+                               "MinOp skip NaN, as fmaxf does); it is on the CPU")
+            return s
         dt = str(dst.buffer.dtype)
         rank = len(src.extents)
         sext = [const_int(e) for e in src.extents]
