@@ -17,16 +17,14 @@ import argparse
 import json
 import os
 import random
-import statistics
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.panel_timing import stats, timed_move  # noqa: E402
 
 FACTORY = '''\
 def matmul_relu(M, N, K, block_M=64, block_N=64, block_K=32, num_stages=2, threads=128):
@@ -48,33 +46,6 @@ def matmul_relu(M, N, K, block_M=64, block_N=64, block_K=32, num_stages=2, threa
 '''
 SNAKE = [("block_M", 32), ("block_N", 32), ("block_M", 64), ("block_M", 128), ("block_N", 64), ("block_N", 128),
          ("block_M", 64), ("block_M", 32)]  # from (64, 64): eight new (block_M, block_N) pairs
-
-
-def stats(xs: list[float]) -> dict[str, float]:
-    s = sorted(xs)
-    return {"median": statistics.median(s), "p20": s[int(0.2 * (len(s) - 1))], "p80": s[int(0.8 * (len(s) - 1))],
-            "min": s[0], "max": s[-1], "n": len(s)}
-
-
-def timed_move(panel: Any, name: str, value: Any) -> tuple[float, Any]:
-    """Set one slider; seconds until the panel has displayed the result for the new setting."""
-    done = threading.Event()
-    real = panel._show
-
-    def show(m: Any, cached: bool) -> None:
-        real(m, cached)
-        if m.config.get(name) == value:
-            done.set()
-
-    panel._show = show
-    t0 = time.perf_counter()
-    panel.controls[name].value = value
-    if not done.wait(300):
-        raise TimeoutError(f"{name}={value}: no result after 300 s")
-    seconds = time.perf_counter() - t0
-    panel._show = real
-    panel.wait(300)
-    return seconds, panel.last_shown
 
 
 def main() -> None:

@@ -56,3 +56,12 @@ def _run_isolated(func: Callable[[], None], timeout: float = 300) -> None:
 def run_isolated() -> Callable[..., None]:
     """``run_isolated(fn)`` runs a module-level check in a child process (inherits the isolated cache dir)."""
     return _run_isolated
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh, empty disk kernel cache for one test (``TILELANG_CORE_CACHE_DIR``), caching enabled."""
+    d = tmp_path / "kcache"
+    monkeypatch.setenv("TILELANG_CORE_CACHE_DIR", str(d))
+    monkeypatch.delenv("TILELANG_CORE_DISABLE_CACHE", raising=False)
+    return d

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from kernel_cache import entries
 
 import tilelang_core as tilelang
 import tilelang_core.language as T
@@ -108,17 +109,6 @@ def delta_of(**expected: int) -> dict[str, int]:
     return base
 
 
-@pytest.fixture
-def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "kcache"
-    monkeypatch.setenv("TILELANG_CORE_CACHE_DIR", str(d))
-    monkeypatch.delenv("TILELANG_CORE_DISABLE_CACHE", raising=False)
-    return d
-
-
-def entries(cache_dir: Path) -> list[Path]:
-    root = cache_dir / "kernels"
-    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.exists() else []
 
 
 # -- memory and disk cache ------------------------------------------------------------------------------------

@@ -23,10 +23,8 @@ import argparse
 import json
 import os
 import re
-import statistics
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,6 +33,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 sys.path.insert(0, str(ROOT))
+
+from bench.panel_timing import stats, timed_move  # noqa: E402
 
 # CI's parameters cells (tests/test_workbench_notebook.py, tests/test_notebooks_workloads.py): small and quick
 SMALL = {
@@ -161,37 +161,6 @@ def run_notebooks(names: list[str], small: bool, target: str, tmp: Path, out: Pa
 
 
 # -- the tuning panel's latency ------------------------------------------------------------------------------------
-def stats(xs: list[float]) -> dict[str, float]:
-    s = sorted(xs)
-    if not s:
-        return {"n": 0}
-    return {"median": statistics.median(s), "p20": s[int(0.2 * (len(s) - 1))], "p80": s[int(0.8 * (len(s) - 1))],
-            "min": s[0], "max": s[-1], "n": len(s)}
-
-
-def timed_move(panel: Any, name: str, value: Any, timeout: float = 300) -> tuple[float, Any]:
-    """Set one slider as a user does; seconds until the panel has displayed the result for the new setting."""
-    done = threading.Event()
-    real = panel._show
-
-    def show(m: Any, cached: bool) -> None:
-        real(m, cached)
-        if m.config.get(name) == value:
-            done.set()
-
-    panel._show = show
-    t0 = time.perf_counter()
-    try:
-        panel.controls[name].value = value
-        if not done.wait(timeout):
-            raise TimeoutError(f"{name}={value}: no result after {timeout:.0f} s")
-        seconds = time.perf_counter() - t0
-    finally:
-        panel._show = real
-    panel.wait(timeout)
-    return seconds, panel.last_shown
-
-
 def walk(on_gpu: bool) -> tuple[dict[str, Any], list[tuple[str, Any]], dict[str, list[int]]]:
     """(start, moves, knobs): one slider per move, every move to a configuration not measured before."""
     if on_gpu:
