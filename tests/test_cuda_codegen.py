@@ -252,9 +252,10 @@ def test_too_much_shared_memory_is_reported_with_the_tiles(tmp_path):
 
 # -- targets ---------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("target,arch", [("cuda", "sm_90"), ("CUDA", "sm_90"), ("cuda -arch=sm_80", "sm_80"),
-                                         ("cuda:sm_80", "sm_80"), ({"kind": "cuda"}, "sm_90"),
-                                         ({"kind": "cuda", "arch": "sm_80"}, "sm_80"), ("nvidia", "sm_90")])
+@pytest.mark.parametrize("target,arch", [("cuda", "sm_90a"), ("CUDA", "sm_90a"), ("cuda -arch=sm_80", "sm_80"),
+                                         ("cuda:sm_80", "sm_80"), ({"kind": "cuda"}, "sm_90a"),
+                                         ({"kind": "cuda", "arch": "sm_80"}, "sm_80"), ("nvidia", "sm_90a"),
+                                         ("cuda -arch=sm_90", "sm_90")])
 def test_cuda_targets_resolve_with_their_architecture(target, arch):
     assert resolve_target(target) == "cuda"
     assert cuda_target(target) == {"kind": "cuda", "arch": arch}
@@ -282,7 +283,7 @@ def test_auto_target_is_the_cpu_without_a_gpu(monkeypatch):
 @needs_nvcc
 def test_jit_with_cuda_target_builds_a_self_describing_artifact():
     kernel = tilelang.jit(out_idx=[-1], target="cuda")(elementwise.add_tiled.factory)(1000, 1030)
-    assert kernel.target == {"kind": "cuda", "arch": "sm_90"}
+    assert kernel.target == {"kind": "cuda", "arch": "sm_90a"}
     assert "__global__" in kernel.get_kernel_source("cuda")
     meta = json.loads((kernel.artifact.path / "meta.json").read_text())
     cuda = meta["extra"]["cuda"]

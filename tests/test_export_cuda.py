@@ -31,7 +31,7 @@ def cuda_kernel():
 def test_cuda_export_embeds_the_cubin_and_its_launch_description(cuda_kernel, tmp_path):
     path = cuda_kernel.export(tmp_path / "mm_cuda.py")
     text = path.read_text()
-    assert "'kind': 'cuda'" in text and "'arch': 'sm_90'" in text
+    assert "'kind': 'cuda'" in text and "'arch': 'sm_90a'" in text
     for piece in ("'grid':", "'block':", "'dyn_smem':", "'kernel':", "'args':", "LIBRARY_BASE64"):
         assert piece in text
     module = load_module(path)
@@ -55,7 +55,7 @@ def test_cuda_export_rejects_cpu_tensors_with_the_core_message(cuda_kernel, tmp_
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
 def test_cuda_export_refuses_to_launch_without_a_gpu(cuda_kernel, tmp_path):
     module = load_module(cuda_kernel.export(tmp_path / "mm_cuda_nogpu.py"))
-    with pytest.raises(RuntimeError, match=r"compiled for CUDA sm_90; this machine has no CUDA GPU"):
+    with pytest.raises(RuntimeError, match=r"compiled for CUDA sm_90a; this machine has no CUDA GPU"):
         module.check_gpu(module.META, 0)
 
 

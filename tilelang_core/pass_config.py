@@ -43,6 +43,7 @@ class PassConfigKey:
     TL_CUDA_FUSED_GEMM = "tl.cuda.fused_gemm"
     TL_CUDA_STREAMING_LOADS = "tl.cuda.streaming_loads"
     TL_CUDA_COMPILER = "tl.cuda.compiler"
+    TL_CUDA_WGMMA = "tl.cuda.wgmma"
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,8 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "template (cp.async + ldmatrix + mma.sync); False keeps the generic pipelined loop"),
     Option(K.TL_CUDA_STREAMING_LOADS, "bool", True, "CUDA: evict-first (__ldcs) loads for inputs read once in a "
            "read-dominated kernel (a cache hint: results are unchanged)"),
+    Option(K.TL_CUDA_WGMMA, "bool", True, "CUDA sm_90a: T.gemm of shared tiles as Hopper wgmma.mma_async "
+           "(warpgroups, swizzled shared layouts); False keeps mma.sync (the reason is noted in the trace)"),
     Option(K.TL_CUDA_COMPILER, "choice", "auto", "CUDA: what turns CUDA C into a cubin: 'nvcc', 'nvrtc' (the CUDA "
            "Python bindings) or 'auto' (nvcc when found, else NVRTC)", choices=("auto", "nvcc", "nvrtc")),
 ]}

@@ -1,8 +1,11 @@
 """Target resolution: what ``target=`` means.
 
 ``"auto"`` (the default) picks CUDA when an NVIDIA GPU is visible, else the host CPU; ``"cpu"`` (alias
-``"llvm"``) is the host CPU; ``"cuda"`` is an NVIDIA GPU, ``sm_90`` unless an architecture is named
-(``"cuda -arch=sm_80"``, ``"cuda:sm_80"`` or ``{"kind": "cuda", "arch": "sm_80"}``). CUDA code is generated and
+``"llvm"``) is the host CPU; ``"cuda"`` is an NVIDIA GPU: the visible GPU's architecture (``sm_90a`` when
+there is none) unless an architecture is named (``"cuda -arch=sm_80"``, ``"cuda:sm_80"`` or
+``{"kind": "cuda", "arch": "sm_80"}``). An unnamed architecture on a Hopper GPU (compute capability 9.0) is
+``sm_90a``, the feature set wgmma needs (code for ``sm_90a`` runs on sm_90 devices only); a named ``sm_90``
+stays plain sm_90 (no wgmma). CUDA code is generated and
 compiled (nvcc or NVRTC) without a GPU; running it needs one. A TVM target dict (``{"kind": "llvm", ...}``) is
 accepted for the CPU.
 """
@@ -16,7 +19,8 @@ import shutil
 from typing import Any
 
 CUDA_BACKEND_AVAILABLE = True
-DEFAULT_CUDA_ARCH = "sm_90"
+DEFAULT_CUDA_ARCH = "sm_90a"
+_ARCH_SPECIFIC = {"sm_90": "sm_90a"}  # an unnamed architecture takes the arch-specific features (wgmma)
 _ARCH_RE = re.compile(r"sm_\d+a?")
 
 
@@ -40,7 +44,8 @@ def _visible_arch() -> str:
         import torch
 
         major, minor = torch.cuda.get_device_capability()
-        return f"sm_{major}{minor}"
+        arch = f"sm_{major}{minor}"
+        return _ARCH_SPECIFIC.get(arch, arch)
     except Exception:  # noqa: BLE001
         return DEFAULT_CUDA_ARCH
 
@@ -71,8 +76,10 @@ def resolve_target(target: Any) -> str:
 def cuda_target(target: Any) -> dict[str, Any]:
     """The CUDA target dict (``{"kind": "cuda", "arch": "sm_90"}``) for a CUDA ``target=`` value."""
     arch = None
-    if target is None or target == "auto":
-        arch = _visible_arch()
+    if target is None or target == "auto" or (isinstance(target, str) and target.strip().lower() in
+                                               ("cuda", "nvidia")) or (isinstance(target, dict) and
+                                                                       target.get("arch") is None):
+        arch = _visible_arch() if gpu_visible() else DEFAULT_CUDA_ARCH
     elif isinstance(target, dict):
         arch = target.get("arch")
     elif isinstance(target, str):

@@ -50,7 +50,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
     return [
         ("tl.ValidateTileOps", validate_tile_ops),
         ("tl.LowerKernelLaunchCUDA", lower_kernel_launch_cuda),
-        ("tl.InferFragmentLayoutsCUDA", infer_fragment_layouts_cuda),
+        ("tl.InferFragmentLayoutsCUDA", lambda f: infer_fragment_layouts_cuda(f, arch, opts)),
         ("tl.FuseDequantGemmCUDA", lambda f: fuse_dequant_gemm_cuda(f, arch, opts)),
         ("tl.PipelineCUDA", lambda f: pipeline_cuda(f, opts)),
         ("tl.InsertSyncsCUDA", insert_syncs_cuda),

@@ -20,12 +20,26 @@ given fragment, so it is chosen once (``tl.InferFragmentLayoutsCUDA``), recorded
   ``l/4 + 8`` of each 16-row atom), so the four lanes of a quad (and the ``warp_n`` warps of a warp row) hold
   copies of the same rows. Row reductions of the accumulator are then quad shuffles, and ``acc[i, j] *
   row[i]`` is a register operation (flash attention's online softmax).
+* ``wgmma`` — the accumulator layout of Hopper's ``wgmma.mma_async.m64nNk16`` for ``warp_m x warp_n``
+  *warpgroups* (4 warps each). Warpgroup ``g`` (row ``g // warp_n``, column ``g % warp_n``) computes m-blocks
+  ``mi * warp_m + g // warp_n`` (64 rows each) of its column slice; inside an m64 block warp ``w`` of the group
+  holds rows ``16 w .. 16 w + 15`` exactly as one mma.sync 16x8 atom per 8 columns (lane ``l``: rows ``l/4``,
+  ``l/4 + 8``; columns ``2(l%4)``, ``2(l%4)+1``). Register ``((mi * NT) + ni) * 4 + k`` (``NT`` = 8-column atoms
+  of the slice) — the order ``tl::wgmma_gemm_ss`` (``include/tl/wgmma.cuh``) writes.
 * ``replicated`` — every thread holds the whole tile (reduction results, tiles used element-wise outside
   ``T.Parallel``).
 
 Shared tiles read by the tensor-core gemm are *swizzled*: the 16-byte chunk index inside each 128-byte segment is
 XOR-ed with the row (or 128-byte line) index, so the eight row addresses of an ``ldmatrix`` hit distinct banks.
 The same function is implemented in ``include/tl/gemm.cuh`` (``tl::swizzle``); both sides must agree.
+
+Shared tiles read by ``wgmma`` take the canonical swizzled layout of a wgmma shared-memory matrix descriptor
+instead (swizzle code ``WGMMA_SWIZZLE_BASE + bytes``, bytes = 128, 64 or 32): the tile's rows are cut into atoms
+of ``bytes`` along the contiguous (last) dimension, the column blocks stored one after the other
+(``(c // W) * rows * W + r * W + c % W`` for ``W = bytes / element size``), and inside every 8-row atom the
+16-byte chunk index is XOR-ed with the row (``Swizzle<3|2|1, 4, 3>``: byte-address bits 4.. ^= bits 7..). The
+same physical formula serves a K-major operand (rows = M or N, columns = K) and an MN-major one (rows = K,
+columns = M or N); the descriptor's strides say which (see ``include/tl/wgmma.cuh`` and docs/cuda.md).
 """
 
 from __future__ import annotations
@@ -65,7 +79,7 @@ def _pow2_divisor(n: int, cap: int) -> int:
 class FragmentLayout:
     """Where each element of a fragment lives: ``(thread, register)``."""
 
-    kind: str  # "blocked" | "mma" | "mma_row" | "replicated"
+    kind: str  # "blocked" | "mma" | "mma_row" | "wgmma" | "replicated"
     shape: tuple[int, ...]
     threads: int
     vec: int = 1
@@ -84,6 +98,10 @@ class FragmentLayout:
     @staticmethod
     def mma(shape: Any, threads: int, warp_m: int, warp_n: int) -> FragmentLayout:
         return FragmentLayout("mma", tuple(int(s) for s in shape), threads, warp_m=warp_m, warp_n=warp_n)
+
+    @staticmethod
+    def wgmma(shape: Any, threads: int, wg_m: int, wg_n: int) -> FragmentLayout:
+        return FragmentLayout("wgmma", tuple(int(s) for s in shape), threads, warp_m=wg_m, warp_n=wg_n)
 
     @staticmethod
     def mma_row(rows: int, threads: int, warp_m: int, warp_n: int) -> FragmentLayout:
@@ -119,9 +137,15 @@ class FragmentLayout:
         return M // self.warp_m // 16, N // self.warp_n // 8
 
     @property
+    def wgmma_tiles(self) -> tuple[int, int]:
+        """(MI, NT) of a ``wgmma`` layout: m64 blocks per warpgroup and 8-column atoms of its column slice."""
+        M, N = self.shape
+        return M // self.warp_m // 64, N // self.warp_n // 8
+
+    @property
     def const_regs(self) -> bool:
         """Registers must be enumerated with constant indices (their coordinates are not affine in them)."""
-        return self.kind in ("mma", "mma_row")
+        return self.kind in ("mma", "mma_row", "wgmma")
 
     @property
     def row_tiles(self) -> int:
@@ -137,6 +161,9 @@ class FragmentLayout:
             return mt * nt * 4
         if self.kind == "mma_row":
             return self.row_tiles * 2
+        if self.kind == "wgmma":
+            mi, nt = self.wgmma_tiles
+            return mi * nt * 4
         chunks = -(-self.size // self.vec)
         return -(-chunks // self.threads) * self.vec
 
@@ -173,6 +200,9 @@ class FragmentLayout:
             return tuple(_unravel(reg, self.shape))
         if self.kind == "mma":
             return tuple(self._mma_coords(thread // WARP, thread % WARP, reg))
+        if self.kind == "wgmma":
+            return tuple(self._wgmma_coords(thread // WARP, thread % WARP, reg, lambda a, b: a // b,
+                                            lambda a, b: a % b))
         if self.kind == "mma_row":
             warp, lane = thread // WARP, thread % WARP
             wr = warp // self.warp_n
@@ -201,6 +231,12 @@ class FragmentLayout:
             if isinstance(reg, int):
                 return [ana.simplify(c) for c in self._mma_coords_expr(warp, lane, reg)], None
             raise ValueError("mma fragment registers must be enumerated with constant indices")
+        if self.kind == "wgmma":
+            if not isinstance(reg, int):
+                raise ValueError("wgmma fragment registers must be enumerated with constant indices")
+            coords = self._wgmma_coords(tirx.floordiv(tid, WARP), tirx.floormod(tid, WARP), reg, tirx.floordiv,
+                                        tirx.floormod)
+            return [ana.simplify(c) for c in coords], None
         if self.kind == "mma_row":
             if not isinstance(reg, int):
                 raise ValueError("mma_row fragment registers must be enumerated with constant indices")
@@ -220,6 +256,17 @@ class FragmentLayout:
             if not ana.can_prove(c):
                 cond = ana.simplify(c)
         return coords, cond
+
+    def _wgmma_coords(self, warp: Any, lane: Any, reg: int, div: Any, mod: Any) -> list[Any]:
+        """(row, col) of register ``reg`` of ``lane`` in ``warp`` (``div``/``mod``: Python's or TIR's)."""
+        M, N = self.shape
+        mi_n, nt = self.wgmma_tiles
+        g = div(warp, 4)
+        gr, gc = (div(g, self.warp_n), mod(g, self.warp_n)) if self.warp_n > 1 else (g, 0)
+        mi, ni, k = reg // (nt * 4), (reg // 4) % nt, reg % 4
+        row = (mi * self.warp_m * 64 + 8 * (k // 2)) + gr * 64 + mod(warp, 4) * 16 + div(lane, 4)
+        col = (ni * 8 + k % 2) + gc * (N // self.warp_n) + mod(lane, 4) * 2
+        return [row, col]
 
     def _mma_coords_expr(self, warp: Any, lane: Any, reg: int) -> list[Any]:
         M, N = self.shape
@@ -335,3 +382,103 @@ def swizzle_py(elem: int, shift: int, dtype: str) -> int:
         return elem
     lg = int(math.log2(dtype_bytes(dtype)))
     return elem ^ (((elem >> (shift - lg)) & 7) << (4 - lg))
+
+
+# -- wgmma (sm_90a) -----------------------------------------------------------------------------------------------
+WGMMA_SWIZZLE_BASE = 1000  # swizzle code of a wgmma shared layout: base + swizzle bytes (128, 64 or 32)
+WGMMA_MAX_N = 256
+WARPGROUP = 128
+
+
+def wgmma_swizzle_bytes(rows: int, cols: int, dtype: str) -> int:
+    """The widest wgmma swizzle (128, 64 or 32 bytes) whose atoms tile a ``rows x cols`` shared tile (0: none)."""
+    row_bytes = cols * dtype_bytes(dtype)
+    if rows % 8:
+        return 0
+    for b in (128, 64, 32):
+        if row_bytes % b == 0:
+            return b
+    return 0
+
+
+def is_wgmma_swizzle(code: int) -> bool:
+    return code > WGMMA_SWIZZLE_BASE
+
+
+def wgmma_offset_expr(r: Any, c: Any, rows: int, code: int, dtype: str) -> Any:
+    """Physical element offset of element (r, c) of a tile in the wgmma layout ``code`` (TIR)."""
+    es = dtype_bytes(dtype)
+    w = (code - WGMMA_SWIZZLE_BASE) // es
+    lg = int(math.log2(es))
+    mask = (code - WGMMA_SWIZZLE_BASE) // 16 - 1
+    p = tirx.floordiv(c, w) * (rows * w) + r * w + tirx.floormod(c, w)
+    x = tirx.bitwise_and(tirx.shift_right(p, 7 - lg), mask)
+    return tirx.bitwise_xor(p, tirx.shift_left(x, 4 - lg))
+
+
+def wgmma_offset_py(r: int, c: int, rows: int, code: int, dtype: str) -> int:
+    """Python twin of :func:`wgmma_offset_expr` (tests)."""
+    es = dtype_bytes(dtype)
+    w = (code - WGMMA_SWIZZLE_BASE) // es
+    lg = int(math.log2(es))
+    mask = (code - WGMMA_SWIZZLE_BASE) // 16 - 1
+    p = (c // w) * (rows * w) + r * w + c % w
+    return p ^ (((p >> (7 - lg)) & mask) << (4 - lg))
+
+
+def wgmma_chunk_n(wn: int, w_b: int) -> int:
+    """Columns per wgmma instruction for a warpgroup's column slice of ``wn``: the slice in equal chunks of at
+    most 256 columns, each a multiple of 8 and of ``w_b`` (the B atom width when B is MN-major; 1 if K-major).
+    0 when no such split exists."""
+    step = max(8, w_b)
+    for parts in range(1, wn // 8 + 1):
+        if wn % parts:
+            continue
+        n = wn // parts
+        if n <= WGMMA_MAX_N and n % step == 0:
+            return n
+    return 0
+
+
+def plan_wgmma(M: int | None, N: int | None, K: int | None, in_dtype: str, b_dtype: str, acc_dtype: str,
+               threads: int, policy: int, a_shape: tuple[int, int] | None, b_shape: tuple[int, int] | None,
+               ta: bool, tb: bool) -> tuple[GemmPlan | None, str]:
+    """A ``wgmma`` plan (warpgroups ``warp_m x warp_n``) for a gemm of shared A and B, or (None, why not).
+
+    ``a_shape``/``b_shape``: the stored (rows, cols) of the shared A / B tiles (None when not a whole shared tile).
+    Warpgroups go along M first (each takes whole m64 blocks), the rest along N (GemmWarpPolicy FullCol: along N
+    first).
+    """
+    if None in (M, N, K):
+        return None, "tile extents are not constants"
+    if in_dtype not in MMA_DTYPES or b_dtype != in_dtype:
+        return None, f"wgmma here takes float16/bfloat16 A and B of one type (got {in_dtype} x {b_dtype})"
+    if acc_dtype != "float32":
+        return None, f"wgmma here accumulates in float32 (the accumulator is {acc_dtype})"
+    if a_shape is None or b_shape is None:
+        return None, "A and B must be whole shared tiles (or pipeline stages)"
+    if threads % WARPGROUP:
+        return None, f"threads={threads} is not a multiple of a warpgroup (128)"
+    if M % 64 or K % 16 or N % 8:
+        return None, f"the tile {M}x{N}x{K} is not made of m64nNk16 steps (M % 64, N % 8, K % 16)"
+    for name, shape in (("A", a_shape), ("B", b_shape)):
+        if not wgmma_swizzle_bytes(shape[0], shape[1], in_dtype):
+            return None, (f"the shared {name} tile {shape[0]}x{shape[1]} has no wgmma swizzle layout (rows % 8, "
+                          "row bytes % 32)")
+    groups = threads // WARPGROUP
+    w_b = 1 if tb else wgmma_swizzle_bytes(b_shape[0], b_shape[1], in_dtype) // dtype_bytes(in_dtype)
+    choices = []
+    for gm in range(1, groups + 1):
+        if groups % gm:
+            continue
+        gn = groups // gm
+        if M % (64 * gm) or N % gn or (N // gn) % 8:
+            continue
+        if (N // gn) % w_b or not wgmma_chunk_n(N // gn, w_b):
+            continue
+        choices.append((gm, gn))
+    if not choices:
+        return None, f"no warpgroup grid of {groups} group(s) divides the {M}x{N} tile into m64 blocks"
+    choices.sort(key=lambda c: -c[1] if policy == 2 else -c[0])
+    gm, gn = choices[0]
+    return GemmPlan("wgmma", gm, gn), ""

@@ -15,6 +15,12 @@ which element. Constraints are collected over the whole kernel and solved with a
   it), unless its class holds a gemm accumulator (then a reduction writes each thread's share);
 * any other class is ``blocked`` (coalesced 16-byte chunks along the last dimension).
 
+On ``sm_90a`` (with ``pass_configs`` ``tl.cuda.wgmma`` on) a tensor-core gemm whose A and B are whole shared tiles
+written only by ``T.copy`` and whose accumulator is not read by row reductions / row broadcasts takes the
+``wgmma`` accumulator layout (warpgroups over the tile) and its A/B tiles the wgmma swizzled layouts; any other
+gemm keeps ``mma.sync``, with the reason recorded as a one-line note in the function attribute
+``tl.wgmma_notes`` (shown in the compile trace).
+
 A ``blocked`` class's chunk width is 16 bytes of the narrowest *global* tensor its ``T.Parallel`` nests and
 ``T.copy``s touch (8 elements for fp16 inputs), whatever the fragment's own type: registers have no access width,
 so an fp32 accumulator beside fp16 inputs holds 8-float chunks and the fp16 loads are 16 bytes wide
@@ -37,6 +43,7 @@ from tvm import tirx
 from ..errors import TileLangCompileError
 from ..language._ir import Region
 from ..language.loops import PARALLEL_ATTR
+from ..pass_config import DEFAULT, PassConfig, PassConfigKey
 from ._cuda_common import (
     ATTR_LAYOUTS,
     ATTR_LOCALS,
@@ -47,7 +54,16 @@ from ._cuda_common import (
     parallel_nest,
     thread_count,
 )
-from ._cuda_layouts import FragmentLayout, GemmPlan, dtype_bytes, plan_gemm, swizzle_shift
+from ._cuda_layouts import (
+    WGMMA_SWIZZLE_BASE,
+    FragmentLayout,
+    GemmPlan,
+    dtype_bytes,
+    plan_gemm,
+    plan_wgmma,
+    swizzle_shift,
+    wgmma_swizzle_bytes,
+)
 from ._regions import is_global, squeezed
 from ._rewriter import Rewriter, const_int, location_of
 from .validate_tile_ops import tile_op_name
@@ -98,12 +114,37 @@ def plan_for(ops: dict[str, Any], threads: int) -> GemmPlan:
                      threads, ops["policy"], ops["a_whole"], ops["b_whole"])
 
 
+ATTR_WGMMA_NOTES = "tl.wgmma_notes"
+
+
+def wgmma_plan_for(ops: dict[str, Any], threads: int) -> tuple[GemmPlan | None, str]:
+    """The wgmma plan of a gemm (shape and dtype conditions only), or (None, why not)."""
+    a, b, c = ops["a"], ops["b"], ops["c"]
+    if not (is_fragment(c.buffer) and len(c.buffer.shape) == 2 and is_whole_tile(c)):
+        return None, "the accumulator is not a whole 2-D fragment"
+    if is_fragment(a.buffer):
+        return None, "A is a fragment (register-A wgmma is not implemented; mma.sync reads it from registers)"
+
+    def stored(r: Region) -> tuple[int, int] | None:
+        if not is_shared(r.buffer) or not is_whole_tile(r):
+            return None
+        shape = [const_int(x) for x in r.buffer.shape]
+        return (shape[-2], shape[-1]) if None not in shape[-2:] else None
+
+    return plan_wgmma(ops["M"], ops["N"], ops["K"], str(a.buffer.dtype), str(b.buffer.dtype), str(c.buffer.dtype),
+                      threads, ops["policy"], stored(a), stored(b), bool(ops["ta"]), bool(ops["tb"]))
+
+
 class _Collect(Rewriter):
     pass_name = "tl.InferFragmentLayoutsCUDA"
 
     def __init__(self, threads: int) -> None:
         super().__init__()
         self.threads = threads
+        # wgmma candidates: (span, ops, plan or None, why not) per gemm; shared tiles written by something other
+        # than T.copy (a T.Parallel nest, a fill): those keep the mma.sync path (the dequant fusion reads them)
+        self.gemms: list[tuple[Any, dict[str, Any], GemmPlan | None, str]] = []
+        self.other_writes: set[Any] = set()
         self.frags: list[Any] = []
         self.parent: dict[Any, Any] = {}
         self.needs_rep: dict[Any, Any] = {}  # buffer -> span of the access that needs it
@@ -170,6 +211,8 @@ class _Collect(Rewriter):
         return super().visit_Bind(s)
 
     def visit_BufferStore(self, s: Any) -> Any:  # noqa: N802
+        if is_shared(s.buffer):
+            self.other_writes.add(s.buffer)
         self.access(s.buffer, list(s.indices), True, s.span)
         self.exprs(s.value, s.span)
         for i in s.indices:
@@ -201,14 +244,19 @@ class _Collect(Rewriter):
             c = ops["c"].buffer
             if is_fragment(c):
                 self.gemm_plans.setdefault(c, []).append(plan)
+            self.gemms.append((s.span, ops, *wgmma_plan_for(ops, self.threads)))
             if plan.kind == "mma":
                 for key in ("a", "b"):
                     buf = ops[key].buffer
                     if is_shared(buf):
                         shape = [const_int(x) for x in buf.shape]
                         self.swizzle[buf] = swizzle_shift(shape[-1], shape[-2], str(buf.dtype))
+        elif name in ("tl.fill", "tl.atomic_add") and is_shared(Region.of(args[0]).buffer):
+            self.other_writes.add(Region.of(args[0]).buffer)
         elif name == "tl.reduce":
             dst = Region.of(args[1]).buffer
+            if is_shared(dst):
+                self.other_writes.add(dst)
             if is_fragment(dst):
                 self.reduce_dst.add(dst)
                 self.reduce_srcs.setdefault(dst, []).append((Region.of(args[0]), const_int(args[3])))
@@ -315,7 +363,77 @@ def _err(msg: str, span: Any) -> TileLangCompileError:
     return TileLangCompileError(msg, location_of(span), stage="tl.InferFragmentLayoutsCUDA")
 
 
-def infer_fragment_layouts_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
+def _wgmma_choice(col: _Collect, classes: list[tuple[Any, list[Any]]], arch: str,
+                  options: PassConfig) -> tuple[list[tuple[Any, GemmPlan]], dict[Any, int], list[str]]:
+    """Which accumulator classes take wgmma (root, plan), the wgmma layouts of their shared A/B tiles, and a note
+    for every gemm that keeps mma.sync on sm_90a."""
+    if arch != "sm_90a" or not col.gemms:
+        return [], {}, []
+    off = not options[PassConfigKey.TL_CUDA_WGMMA]
+    why: dict[int, str] = {}  # gemm index -> reason it keeps mma.sync
+    for n, (_, ops, plan, reason) in enumerate(col.gemms):
+        if off:
+            why[n] = "pass_configs 'tl.cuda.wgmma' is False"
+        elif plan is None:
+            why[n] = reason
+        else:
+            for key in ("a", "b"):
+                if ops[key].buffer in col.other_writes:
+                    why[n] = (f"the shared {key.upper()} tile {ops[key].buffer.name} is written by something other "
+                              "than T.copy (a T.Parallel nest or tile op; the dequant fusion reads it with mma.sync)")
+    row_fed = set()
+    for srcs in col.reduce_srcs.values():
+        row_fed |= {src.buffer for src, _ in srcs if is_fragment(src.buffer)}
+    row_nests = {key for keys in col.row_reads.values() for key in keys}
+
+    def root_of(n: int) -> Any:
+        return col.find(col.gemms[n][1]["c"].buffer)
+
+    for root, members in classes:
+        idx = [n for n in range(len(col.gemms)) if col._is(root_of(n), root)]
+        if not idx:
+            continue
+        if any(m in row_fed for m in members):
+            reason = "the accumulator feeds T.reduce_* (row reductions keep mma.sync's mma_row layout)"
+        elif any(col._is(col.find(k), root) for k in row_nests):
+            reason = "the accumulator is combined with per-row values (X[i] in T.Parallel keeps mma.sync's layout)"
+        elif len({(col.gemms[n][2].warp_m, col.gemms[n][2].warp_n) for n in idx if col.gemms[n][2]}) > 1:
+            reason = "the gemms into this accumulator need different warpgroup grids"
+        else:
+            reason = next((why[n] for n in idx if n in why), "")
+        if reason:
+            for n in idx:
+                why.setdefault(n, reason)
+    while True:  # a shared tile read by a gemm that keeps mma.sync keeps the mma.sync swizzle for all its readers
+        mma_bufs = [col.gemms[n][1][k].buffer for n in why for k in ("a", "b")]
+        changed = False
+        for n, (_, ops, _, _) in enumerate(col.gemms):
+            if n not in why and any(ops[k].buffer.same_as(b) for k in ("a", "b") for b in mma_bufs):
+                why[n] = "its shared A or B tile is also read by a gemm that keeps mma.sync"
+                changed = True
+        if not changed:
+            break
+    chosen: list[tuple[Any, GemmPlan]] = []
+    codes: dict[Any, int] = {}
+    notes = []
+    for n, (span, ops, plan, _) in enumerate(col.gemms):
+        if n in why:
+            loc = location_of(span)
+            where = f"line {loc.line}: " if loc is not None else ""
+            notes.append(f"{where}T.gemm {ops['M']}x{ops['N']}x{ops['K']} uses mma.sync, not wgmma: {why[n]}")
+            continue
+        root = root_of(n)
+        if not any(col._is(r, root) for r, _ in chosen):
+            chosen.append((root, plan))
+        for key in ("a", "b"):
+            buf = ops[key].buffer
+            shape = [const_int(x) for x in buf.shape]
+            codes[buf] = WGMMA_SWIZZLE_BASE + wgmma_swizzle_bytes(shape[-2], shape[-1], str(buf.dtype))
+    return chosen, codes, notes
+
+
+def infer_fragment_layouts_cuda(func: tirx.PrimFunc, arch: str = "sm_90",
+                                options: PassConfig = DEFAULT) -> tirx.PrimFunc:
     threads = thread_count(func)
     col = _Collect(threads)
     col.visit(func.body)
@@ -329,6 +447,8 @@ def infer_fragment_layouts_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
                 break
         else:
             classes.append((root, [f]))
+    wg_chosen, wg_codes, wg_notes = _wgmma_choice(col, classes, arch, options)
+    col.swizzle.update(wg_codes)
     layouts: dict[Any, FragmentLayout] = {}
     root_layout: list[tuple[Any, FragmentLayout]] = []
     deferred: list[list[Any]] = []
@@ -342,7 +462,10 @@ def infer_fragment_layouts_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
         rep_members = [m for m in members if m in col.needs_rep]
         if plans:
             mma = {(p.warp_m, p.warp_n) for p in plans if p.kind == "mma"}
-            if len(mma) == 1 and all(p.kind == "mma" for p in plans):
+            wg = next((p for r, p in wg_chosen if col._is(r, root)), None)
+            if wg is not None:
+                lay = FragmentLayout.wgmma(shape, threads, wg.warp_m, wg.warp_n)
+            elif len(mma) == 1 and all(p.kind == "mma" for p in plans):
                 wm, wn = next(iter(mma))
                 lay = FragmentLayout.mma(shape, threads, wm, wn)
             else:
@@ -383,4 +506,6 @@ def infer_fragment_layouts_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
     func = func.with_body(body)
     func = func.with_attr(ATTR_LAYOUTS, {f: lay.spec() for f, lay in layouts.items()})
     func = func.with_attr(ATTR_LOCALS, locals_map)
+    if wg_notes:
+        func = func.with_attr(ATTR_WGMMA_NOTES, wg_notes)
     return func.with_attr(ATTR_SWIZZLE, dict(col.swizzle))

@@ -12,7 +12,9 @@ cannot see the pointers our gemm and copy templates take; here every template ar
 tile element, which the lifetime scan sees.) Each tile becomes a flat view of that array; accesses are
 rewritten to the physical offset: leading (pipeline stage) dimensions select a slab, and inside a slab of a
 swizzled tile the XOR swizzle of ``_cuda_layouts.swizzle_expr`` applies — the same function the tensor-core
-gemm template uses to find its operands.
+gemm template uses to find its operands; a tile in a wgmma layout (``_cuda_layouts.wgmma_offset_expr``) is
+placed on a 1024-byte boundary (its swizzle atoms must sit on the hardware's 1024-byte pattern) and the
+``extern __shared__`` array is declared ``__align__(1024)`` by the CUDA codegen.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from tvm import tirx
 
 from ..errors import TileLangCompileError
 from ._cuda_common import ATTR_SMEM, calls_extern, extern, is_shared, is_sync, swizzles_of, sync_stmt
-from ._cuda_layouts import dtype_bytes, swizzle_expr
+from ._cuda_layouts import dtype_bytes, is_wgmma_swizzle, swizzle_expr, wgmma_offset_expr
 
 ALIGN = 128
+WGMMA_ALIGN = 1024
 # opt-in maximum of dynamic shared memory per block, by compute capability
 MAX_SMEM = {"sm_80": 166912, "sm_86": 101376, "sm_87": 166912, "sm_89": 101376, "sm_90": 232448,
             "sm_90a": 232448}
@@ -47,8 +50,11 @@ def _phys(buf: Any, idx: list[Any], shift: int) -> Any:
         lead: Any = 0
         for i, s in zip(idx[:-2], shape[:-2]):
             lead = lead * s + i
-        inner = idx[-2] * cols + idx[-1]
-        off = lead * slab + swizzle_expr(inner, shift, str(buf.dtype)) if shift else lead * slab + inner
+        if is_wgmma_swizzle(shift):
+            off = lead * slab + wgmma_offset_expr(idx[-2], idx[-1], rows, shift, str(buf.dtype))
+        else:
+            inner = idx[-2] * cols + idx[-1]
+            off = lead * slab + swizzle_expr(inner, shift, str(buf.dtype)) if shift else lead * slab + inner
     else:
         off = idx[0]
     if lanes is not None:
@@ -69,9 +75,10 @@ def lower_shared_memory_cuda(func: tirx.PrimFunc, arch: str = "sm_90") -> tirx.P
         return func.with_attr(ATTR_SMEM, 0)
     swz = swizzles_of(func)
     sizes = [_nbytes(b) for b in shared]
-    plan = _plan_reuse(func.body, shared, sizes)
+    aligns = [WGMMA_ALIGN if is_wgmma_swizzle(swz.get(b, 0)) else ALIGN for b in shared]
+    plan = _plan_reuse(func.body, shared, sizes, aligns)
     if plan is None:  # no single block body to scan: one tile after the other
-        offsets, barriers = _stack(sizes), set()
+        offsets, barriers = _stack(sizes, aligns), set()
     else:
         offsets, barriers = plan
     body = _insert_barriers(func.body, barriers) if barriers else func.body
@@ -132,15 +139,15 @@ def _nbytes(buf: Any) -> int:
     return n * dtype_bytes(str(buf.dtype))
 
 
-def _align(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
+def _align(n: int, align: int = ALIGN) -> int:
+    return -(-n // align) * align
 
 
-def _stack(sizes: list[int]) -> list[int]:
-    """Offsets of tiles laid one after the other."""
+def _stack(sizes: list[int], aligns: list[int] | None = None) -> list[int]:
+    """Offsets of tiles laid one after the other (tile ``i`` on a multiple of ``aligns[i]``)."""
     offsets, total = [], 0
-    for n in sizes:
-        total = _align(total)
+    for i, n in enumerate(sizes):
+        total = _align(total, aligns[i] if aligns else ALIGN)
         offsets.append(total)
         total += n
     return offsets
@@ -190,8 +197,8 @@ def _touched(s: Any, shared: list[Any]) -> set[int]:
     return hit
 
 
-def _plan_reuse(body: Any, shared: list[Any],
-                sizes: list[int]) -> tuple[list[int], set[tuple[int, int, bool]]] | None:
+def _plan_reuse(body: Any, shared: list[Any], sizes: list[int],
+                aligns: list[int]) -> tuple[list[int], set[tuple[int, int, bool]]] | None:
     """First-fit offsets over lifetimes (see the module doc) and the barriers they need: (after statement i, before
     statement j, whether cp.async copies into the old tile must be drained first) over the block body's top-level
     statements. None when there is no block body to scan or reuse would save nothing."""
@@ -227,10 +234,10 @@ def _plan_reuse(body: Any, shared: list[Any],
         for j in sorted(live, key=lambda j: offsets[j]):
             if off + sizes[i] <= offsets[j]:
                 break
-            off = max(off, _align(offsets[j] + sizes[j]))
+            off = max(off, _align(offsets[j] + sizes[j], aligns[i]))
         offsets[i] = off
         placed.append(i)
-    if max(o + n for o, n in zip(offsets, sizes)) >= max(o + n for o, n in zip(_stack(sizes), sizes)):
+    if max(o + n for o, n in zip(offsets, sizes)) >= max(o + n for o, n in zip(_stack(sizes, aligns), sizes)):
         return None
     barriers: set[tuple[int, int, bool]] = set()
     for i in range(len(shared)):

@@ -14,7 +14,9 @@ and ``T.alloc_var`` buffers).
   software pipeline marked asynchronous becomes ``cp.async`` (``tl::cp_async_16``, zero-filling chunks outside a
   ragged tensor). Anything else falls back to guarded element copies. Into a per-thread tile: every thread copies
   all of it.
-* ``tl.gemm`` — fp16/bf16 tiles whose accumulator has the ``mma`` layout: ``tl::gemm_ss`` (ldmatrix + mma.sync
+* ``tl.gemm`` — an accumulator in the ``wgmma`` layout (sm_90a): ``tl::wgmma_gemm_ss`` (shared-memory
+  descriptors for A and B, wgmma.mma_async m64nNk16, fp32 accumulation; see ``include/tl/wgmma.cuh``).
+  fp16/bf16 tiles whose accumulator has the ``mma`` layout: ``tl::gemm_ss`` (ldmatrix + mma.sync
   m16n8k16, fp32 accumulation, swizzled shared operands). Otherwise an FMA loop: each thread updates the
   accumulator elements it owns. An A operand held in a fragment is first written to a shared scratch tile.
 * ``tl.reduce`` — each thread folds the elements it owns into per-row partials, then ``tl::block_allreduce``
@@ -49,7 +51,14 @@ from ._cuda_common import (
     sync_stmt,
     thread_count,
 )
-from ._cuda_layouts import FragmentLayout, dtype_bytes, flat_index, swizzle_shift
+from ._cuda_layouts import (
+    WGMMA_SWIZZLE_BASE,
+    FragmentLayout,
+    dtype_bytes,
+    flat_index,
+    swizzle_shift,
+    wgmma_chunk_n,
+)
 from ._regions import in_bounds_conds, indices_at, is_global, squeezed
 from ._rewriter import Rewriter, and_all, const_int, make_for, new_var, seq
 from .infer_fragment_layouts_cuda import gemm_operands
@@ -273,7 +282,7 @@ class LowerTileOpsCUDA(Rewriter):
             return _guard(conds, st)
 
         # vector chunks: blocked layouts (vec elements along the last dim) and mma column pairs
-        vec = lay.vec if lay.kind == "blocked" else 2 if lay.kind == "mma" else 1
+        vec = lay.vec if lay.kind == "blocked" else 2 if lay.kind in ("mma", "wgmma") else 1
         contiguous = (whole and okind in ("G", "S") and od and od[-1] == len(other.buffer.shape) - 1
                       and fd and fd[-1] == len(frag.buffer.shape) - 1 and not lay.padded
                       and (fdt == odt or "bfloat16" not in (fdt, odt)))
@@ -516,6 +525,8 @@ class LowerTileOpsCUDA(Rewriter):
             a = self._stage_a(a, ops["ta"], stmts, s.span)
         if clay is not None and clay.kind == "mma":
             return self._gemm_mma(s, ops, a, b, c, clay, stmts)
+        if clay is not None and clay.kind == "wgmma":
+            return self._gemm_wgmma(s, ops, a, b, clay, stmts)
         return self._gemm_fma(s, ops, a, b, c, clay, stmts)
 
     def _gemm_mma(self, s: Any, ops: dict[str, Any], a: Region, b: Region, c: Region, lay: FragmentLayout,
@@ -529,6 +540,28 @@ class LowerTileOpsCUDA(Rewriter):
         M, N, K = ops["M"], ops["N"], ops["K"]
         ta, tb = int(ops["ta"]), int(ops["tb"])
         name = f"tl::gemm_ss<{M}, {N}, {K}, {lay.warp_m}, {lay.warp_n}, {ta}, {tb}, {swa}, {swb}>"
+        stmts.append(extern(name, tirx.address_of(_load(a.buffer, a.mins)), tirx.address_of(_load(b.buffer, b.mins)),
+                            tirx.address_of(_load(loc, [_imm(0)]))))
+        return seq(stmts, s.span)
+
+    def _gemm_wgmma(self, s: Any, ops: dict[str, Any], a: Region, b: Region, lay: FragmentLayout,
+                    stmts: list[Any]) -> Any:
+        """``tl::wgmma_gemm_ss``: A and B through shared-memory matrix descriptors (sm_90a), the accumulator in
+        the ``wgmma`` layout of ``lay``'s warpgroup grid; the call waits for its wgmma group to complete."""
+        loc = self.locals[ops["c"].buffer]
+        if ops["clear"]:
+            stmts.append(self.unrolled(lay.num_regs, lambda r: tirx.BufferStore(loc, tirx.const(0, str(loc.dtype)),
+                                                                                  [r]), True))
+        swa = self.swizzle.get(a.buffer, 0) - WGMMA_SWIZZLE_BASE
+        swb = self.swizzle.get(b.buffer, 0) - WGMMA_SWIZZLE_BASE
+        if swa <= 0 or swb <= 0:
+            self.error(s.span, "T.gemm: internal error: a wgmma operand has no wgmma shared layout")
+            return s
+        M, N, K = ops["M"], ops["N"], ops["K"]
+        ta, tb = int(ops["ta"]), int(ops["tb"])
+        w_b = 1 if tb else swb // dtype_bytes(str(b.buffer.dtype))
+        nc = wgmma_chunk_n(N // lay.warp_n, w_b)
+        name = f"tl::wgmma_gemm_ss<{M}, {N}, {K}, {lay.warp_m}, {lay.warp_n}, {nc}, {ta}, {tb}, {swa}, {swb}>"
         stmts.append(extern(name, tirx.address_of(_load(a.buffer, a.mins)), tirx.address_of(_load(b.buffer, b.mins)),
                             tirx.address_of(_load(loc, [_imm(0)]))))
         return seq(stmts, s.span)

@@ -50,6 +50,16 @@ def lower(func: Any, record: Any = None, arch: str = "sm_90", options: Any = Non
     return tvm.IRModule({"main": func})
 
 
+def _wgmma_source(source: str) -> str:
+    """A kernel calling ``tl::wgmma_gemm_ss`` includes ``tl/wgmma.cuh`` (its per-shape PTX wrappers are large:
+    other kernels do not parse them) and declares its dynamic shared memory 1024-byte aligned (the wgmma swizzle
+    atoms repeat every 1024 bytes of the shared address space; tl.LowerSharedMemoryCUDA places the tiles so)."""
+    if "tl::wgmma_gemm_ss" not in source:
+        return source
+    source = source.replace(HEADER, HEADER + '#include "tl/wgmma.cuh"\n', 1)
+    return re.sub(r"extern\s+__shared__\s+(__align__\(\d+\)\s+)?", "extern __shared__ __align__(1024) ", source)
+
+
 def _tir_pipeline() -> Any:
     import tvm
     from tvm import s_tir, tirx
@@ -124,6 +134,7 @@ def generate(mod: Any, arch: str = "sm_90", instruments: list[Any] | None = None
         arg_names.append(base)
     # TVM hands the source to the (overridden) compile callback where a driver is present, else keeps it as is
     source = HEADER + (captured.sources[-1] if captured.called else rt.inspect_source(""))
+    source = _wgmma_source(source)
     if not re.search(rf"__global__\s+void\s+(__launch_bounds__\(\d+\)\s+)?{re.escape(kname)}\s*\(", source):
         raise TileLangCompileError(f"kernel {kname} not found in the generated CUDA source", stage="codegen")
     if resolve(options)[PassConfigKey.TL_CUDA_STREAMING_LOADS]:

@@ -1,0 +1,115 @@
+// Hopper tile GEMM for T.gemm on shared operands: wgmma.mma_async (sm_90a), fp16/bf16 in, fp32 accumulation.
+//
+// Warpgroups (4 warps, 128 threads) form a WG_M x WG_N grid over the M x N tile: warpgroup g (gr = g / WG_N,
+// gc = g % WG_N) owns the column slice [gc*WN, (gc+1)*WN) (WN = N / WG_N) and the m64 blocks mi*WG_M + gr
+// (mi < MI = M / WG_M / 64). For each k-step of 16 it issues, per m64 block and per column chunk of NC columns,
+// one wgmma.mma_async.m64n{NC}k16 whose A and B come from shared-memory matrix descriptors. Accumulator register
+// ((mi * NT) + ni) * 4 + k (NT = WN / 8) of lane l in warp w (of the group) holds row
+// (mi*WG_M + gr)*64 + 16*(w%4) + l/4 + 8*(k/2), column gc*WN + ni*8 + 2*(l%4) + k%2: the `wgmma` fragment layout
+// of tilelang_core/transform/_cuda_layouts.py.
+//
+// Shared layouts (tilelang_core/transform/_cuda_layouts.py, wgmma_offset_expr): a stored R x C tile (C = the
+// contiguous dimension) with swizzle SWZ bytes (128, 64 or 32; W = SWZ / sizeof(T) elements) is kept as C / W
+// column blocks of R x W, one after the other, each row of SWZ bytes, and inside every 8-row atom (8 * SWZ bytes)
+// the 16-byte chunk index XOR-ed with the row: Swizzle<log2(SWZ/16), 4, 3> of the byte address. Tiles sit on
+// 1024-byte boundaries, so the XOR the hardware applies to absolute addresses is the one the stores used.
+//   K-major operand (A: M x K, not TRANS_A; B: N x K, TRANS_B): rows = M / N. The descriptor of the m64 (or nNC)
+//     block starting at row r0, k-step k0 points at block k0 / W, row r0, byte (k0 % W) * sizeof(T) inside the
+//     row; SBO = 8 * SWZ (the next 8-row group); LBO unused (1).
+//   MN-major operand (A: K x M, TRANS_A; B: K x N, not TRANS_B): rows = K. The descriptor of the block starting
+//     at column c0 (a multiple of W), k-step k0 points at column block c0 / W, row k0; LBO = R * SWZ (the next
+//     column block of W), SBO = 8 * SWZ (the next 8 K-rows). The instruction's transpose bit is set.
+// Descriptor bits: [0,14) start address >> 4, [16,30) LBO >> 4, [32,46) SBO >> 4, [49,52) base offset (0),
+// [62,64) layout: 1 = 128B, 2 = 64B, 3 = 32B swizzle.
+//
+// Protocol: fence.proxy.async (the tiles were written through the generic proxy — st.shared / cp.async — and
+// wgmma reads them through the async proxy; the caller's __syncthreads() precedes this call), then
+// wgmma.fence (orders the accumulator registers' earlier writes before the asynchronous MMAs), all wgmma of the
+// tile, wgmma.commit_group, wgmma.wait_group 0: when the call returns the accumulators are final and the shared
+// tiles may be overwritten. The empty asm statements on the accumulators keep the compiler from moving their
+// reads/writes across the fence and the wait.
+#pragma once
+#include "tl/common.cuh"
+#include "tl/wgmma_ops.cuh"
+
+namespace tl {
+
+template <int SWZ>
+__device__ __forceinline__ unsigned long long wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+  static_assert(SWZ == 128 || SWZ == 64 || SWZ == 32, "wgmma_desc: swizzle must be 128, 64 or 32 bytes");
+  constexpr unsigned long long layout = SWZ == 128 ? 1ull : SWZ == 64 ? 2ull : 3ull;
+  unsigned long long d = 0;
+  d |= static_cast<unsigned long long>((addr >> 4) & 0x3FFF);
+  d |= static_cast<unsigned long long>((lbo >> 4) & 0x3FFF) << 16;
+  d |= static_cast<unsigned long long>((sbo >> 4) & 0x3FFF) << 32;
+  d |= layout << 62;
+  return d;
+}
+
+// The descriptor of the operand block that starts at row/column `mn0` of the M (or N) dimension, k-step `k0`.
+// ROWS/COLS: the stored tile; MN_MAJOR: the M/N dimension is the contiguous one.
+template <int ROWS, int COLS, bool MN_MAJOR, int SWZ, typename T>
+__device__ __forceinline__ unsigned long long wgmma_operand_desc(unsigned base, int mn0, int k0) {
+  constexpr int ES = sizeof(T);
+  constexpr int W = SWZ / ES;
+  static_assert(COLS % W == 0 && ROWS % 8 == 0, "wgmma_operand_desc: the tile is not made of swizzle atoms");
+  if constexpr (!MN_MAJOR) {
+    const unsigned addr = base + ((k0 / W) * ROWS * W + mn0 * W + (k0 % W)) * ES;
+    return wgmma_desc<SWZ>(addr, 16, 8 * SWZ);
+  } else {
+    const unsigned addr = base + ((mn0 / W) * ROWS * W + k0 * W) * ES;
+    return wgmma_desc<SWZ>(addr, ROWS * SWZ, 8 * SWZ);
+  }
+}
+
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit_group() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait_group() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+template <int M, int N, int K, int WG_M, int WG_N, int NC, bool TRANS_A, bool TRANS_B, int SWZ_A, int SWZ_B,
+          typename T>
+__device__ __forceinline__ void wgmma_gemm_ss(const T* A, const T* B, float* C) {
+  constexpr int WM = M / WG_M, WN = N / WG_N;
+  constexpr int MI = WM / 64, NT = WN / 8;
+  static_assert(WM % 64 == 0 && WN % NC == 0 && NC % 8 == 0 && NC <= 256 && K % 16 == 0,
+                "wgmma_gemm_ss: tile does not fit the warpgroup grid");
+  // stored tiles: A is M x K (K x M when TRANS_A), B is K x N (N x K when TRANS_B)
+  constexpr int A_ROWS = TRANS_A ? K : M, A_COLS = TRANS_A ? M : K;
+  constexpr int B_ROWS = TRANS_B ? N : K, B_COLS = TRANS_B ? K : N;
+  const int g = threadIdx.x / 128;
+  const int gr = g / WG_N, gc = g % WG_N;
+  const unsigned a_base = smem_addr(A), b_base = smem_addr(B);
+  fence_proxy_async_shared();
+#pragma unroll
+  for (int i = 0; i < MI * NT * 4; ++i) wgmma_fence_operand(C[i]);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+      const unsigned long long da =
+          wgmma_operand_desc<A_ROWS, A_COLS, TRANS_A, SWZ_A, T>(a_base, (mi * WG_M + gr) * 64, kk * 16);
+#pragma unroll
+      for (int nc = 0; nc < WN / NC; ++nc) {
+        const unsigned long long db =
+            wgmma_operand_desc<B_ROWS, B_COLS, !TRANS_B, SWZ_B, T>(b_base, gc * WN + nc * NC, kk * 16);
+        WgmmaSS<NC, T, TRANS_A ? 1 : 0, TRANS_B ? 0 : 1>::run(C + (mi * NT + nc * (NC / 8)) * 4, da, db);
+      }
+    }
+  }
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+#pragma unroll
+  for (int i = 0; i < MI * NT * 4; ++i) wgmma_fence_operand(C[i]);
+}
+
+}  // namespace tl
