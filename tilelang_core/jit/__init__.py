@@ -390,6 +390,13 @@ def jit(func: Callable[..., Any] | None = None, *, out_idx: Any = None, target: 
         if not callable(f):
             raise TypeError(f"jit: expected a kernel factory (a function returning a @T.prim_func), got "
                             f"{type(f).__name__}")
+        from .eager import EagerJITFactory, is_eager
+
+        if is_eager(f):  # TileLang's eager spelling: the body is the kernel (see jit/eager.py)
+            if out_idx is not None:
+                raise ValueError(f"{f.__name__}: out_idx is not used by an eager @jit function (one without an inner "
+                                 "@T.prim_func): its outputs are the tensors it declares with T.empty")
+            return EagerJITFactory(f, target, opts)
         return JITFactory(f, out_idx, target, opts)
 
     return wrap(func) if func is not None else wrap

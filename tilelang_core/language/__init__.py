@@ -16,6 +16,7 @@ from tvm.script.tirx import prim_func  # the TVMScript parser finds the dialect 
 from .alloc import alloc_fragment, alloc_local, alloc_shared, alloc_var
 from .copy import clear, copy, fill
 from .dtypes import SUPPORTED_DTYPES, Buffer, Tensor
+from .eager import const, empty
 from .gemm import GemmWarpPolicy, gemm
 from .kernel import Kernel
 from .loops import Parallel, Pipelined, grid, serial, unroll, vectorized
@@ -51,6 +52,7 @@ __all__ = [
     "atomic_add", "print", "use_swizzle",
     "ceildiv", "max", "min", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "floor", "ceil",
     "cast", "if_then_else", "infinity", "macro",
+    "const", "empty",
 ]
 
 
