@@ -1,0 +1,115 @@
+"""Probe: TF/s of the quickstart GEMM (+ReLU) on the wgmma path vs torch.matmul, at 4096^3 and 8192^3.
+
+``python bench/gpu/wgmma_probe.py`` on the H200 (PYTHONPATH = the repo and TVM). For a few tile configs
+(block_M x block_N x block_K, stages, threads) it compiles the README's quickstart program through
+``@jit(target="cuda")`` (sm_90a: ``tl::wgmma_gemm_ss``) and, for comparison, the same config with
+``pass_configs={"tl.cuda.wgmma": False}`` (mma.sync), checks each result against torch, and times every kernel
+and ``torch.relu(a @ b)`` with CUDA events around each call, the L2 emptied by reading 256 MB before each call
+(median of ``--rep``). Also prints the ptxas register/spill line and whether the SASS has HGMMA. Issue 15.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import tilelang_core as tilelang
+from tilelang_core.quickstart import matmul_relu
+
+CONFIGS = [  # block_M, block_N, block_K, stages, threads
+    (128, 128, 64, 3, 128),
+    (128, 256, 64, 3, 256),
+    (128, 128, 64, 4, 256),
+    (256, 128, 64, 3, 256),
+    (128, 256, 32, 4, 256),
+]
+_FLUSH: list[torch.Tensor] = []
+
+
+def clean_ms(fn: Any, warmup: int = 5, rep: int = 30) -> float:
+    if not _FLUSH:
+        _FLUSH.append(torch.ones(256 << 20, dtype=torch.uint8, device="cuda").view(torch.int64))
+        _FLUSH[0].sum()
+        torch.cuda.synchronize()
+    buf = _FLUSH[0]
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
+    for i in range(rep):
+        buf.sum()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return times[len(times) // 2]
+
+
+def _sass_has_hgmma(kernel: Any) -> str:
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        try:
+            import nvidia.cu13  # type: ignore[import-not-found]
+
+            p = Path(list(nvidia.cu13.__path__)[0]) / "bin" / "cuobjdump"
+            tool = str(p) if p.is_file() else None
+        except ImportError:
+            tool = None
+    if tool is None:
+        return "no cuobjdump"
+    cubin = kernel.artifact.path / "kernel.cubin"
+    sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True).stdout
+    kinds = sorted(set(re.findall(r"(HGMMA\.\S+|HMMA\.\S+)", sass)))
+    return ",".join(kinds) or "no tensor-core instructions"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="*", default=[4096, 8192])
+    ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
+    ap.add_argument("--rep", type=int, default=30)
+    ap.add_argument("--no-mma", action="store_true", help="skip the mma.sync comparison builds")
+    args = ap.parse_args()
+    dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[args.dtype]
+    print(f"device: {torch.cuda.get_device_name()}  dtype: {args.dtype}  {time.strftime('%Y-%m-%d %H:%M')}")
+    for n in args.sizes:
+        a = torch.randn(n, n, device="cuda").to(dt)
+        b = torch.randn(n, n, device="cuda").to(dt)
+        flops = 2.0 * n * n * n
+        ref = torch.relu(a @ b)
+        t_ref = clean_ms(lambda a=a, b=b: torch.relu(a @ b), rep=args.rep)
+        print(f"\n{n}^3  torch.relu(a @ b): {t_ref:.3f} ms  {flops / t_ref / 1e9:.1f} TF/s")
+        variants = [("wgmma", None)] + ([] if args.no_mma else [("mma.sync", {"tl.cuda.wgmma": False})])
+        for bm, bn, bk, st, th in CONFIGS:
+            for label, pc in variants:
+                t0 = time.perf_counter()
+                try:
+                    k = tilelang.jit(out_idx=[-1], target="cuda", pass_configs=pc)(matmul_relu.factory)(
+                        n, n, n, bm, bn, bk, st, th, args.dtype, "float32")
+                except Exception as e:  # noqa: BLE001 - report the config and go on
+                    print(f"  {bm}x{bn}x{bk} s{st} t{th} {label}: COMPILE FAILED {str(e)[:300]}")
+                    continue
+                build = time.perf_counter() - t0
+                c = k(a, b)
+                err = (c.float() - ref.float()).abs().max().item()
+                ok = torch.allclose(c.float(), ref.float(), rtol=2e-2, atol=2e-1)
+                t = clean_ms(lambda k=k, a=a, b=b: k(a, b), rep=args.rep)
+                meta = json.loads((k.artifact.path / "meta.json").read_text())
+                info = meta.get("extra", {}).get("cuda", {}).get("ptxas_info", "")
+                regs = " ".join(re.findall(r"Used \d+ registers|\d+ bytes spill stores", info))
+                print(f"  {bm}x{bn}x{bk} s{st} t{th} {label:8s}: {t:.3f} ms  {flops / t / 1e9:7.1f} TF/s  "
+                      f"{t_ref / t:.2f}x torch  {'ok' if ok else 'WRONG'} (max err {err:.3g})  build {build:.1f}s  "
+                      f"{regs}  {_sass_has_hgmma(k)}")
+
+
+if __name__ == "__main__":
+    main()
