@@ -117,7 +117,10 @@ def codegen(mod: Any, instruments: list[Any] | None = None) -> Any:
     import tvm
 
     try:
-        with tvm.transform.PassContext(opt_level=3, instruments=instruments or []):
+        # tl.FP8CastCPU has lowered every float8 conversion exactly; TVM's FP8ComputeLegalize would promote
+        # float8 tiles to float32 through its own conversion, which is wrong for zero and subnormals
+        with tvm.transform.PassContext(opt_level=3, instruments=instruments or [],
+                                       disabled_pass=["tirx.FP8ComputeLegalize"]):
             return tvm.compile(mod, target=tvm.target.Target(host_target()))
     except Exception as e:  # noqa: BLE001 - TVM raises many kinds; report as ours
         raise TileLangCompileError(f"LLVM code generation failed: {e}", stage="codegen") from e

@@ -58,6 +58,12 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     """Fall through to TVMScript's TIR namespace for everything we do not redefine."""
+    from . import dtypes as _dtypes
+
+    if name in _dtypes.DTYPES:  # T.float16, T.float, T.int4, T.float8_e4m3fn ...: str-like dtype objects
+        return _dtypes.DTYPES[name]
+    if name == "dtype":
+        return _dtypes.dtype
     try:
         return getattr(_tirx, name)
     except AttributeError:

@@ -67,7 +67,15 @@ def if_then_else(cond: Any, t: Any, f: Any) -> Any:
 
 
 def infinity(dtype: Any) -> Any:
-    return tirx.infinity(canonical_dtype(dtype, "T.infinity dtype"))
+    """+inf of a float ``dtype`` (TVM's own ``infinity`` knows only float16/32/64; bfloat16 and float8_e5m2 have
+    one too; float8_e4m3fn has none: an error names its largest finite value)."""
+    dt = canonical_dtype(dtype, "T.infinity dtype")
+    if dt == "float8_e4m3fn":
+        raise ValueError("T.infinity dtype: float8_e4m3fn has no infinity (its largest finite value is 448; "
+                         "use T.max_value('float8_e4m3fn') or compute in float32)")
+    if dt in ("bfloat16", "float8_e5m2"):
+        return tirx.const(float("inf"), dt)
+    return tirx.infinity(dt)
 
 
 def _unary(name: str) -> Any:

@@ -248,7 +248,7 @@ def torch_dtype(name: str) -> Any:
 
     if not _TORCH_DTYPES:
         for n in ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "int32", "int64", "bool",
-                  "uint16", "uint32", "uint64"):
+                  "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2"):
             _TORCH_DTYPES[n] = getattr(torch, n, None)
     return _TORCH_DTYPES[name]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .fast_exp_cpu import fast_exp_cpu
+from .fp8_cast_cpu import fp8_cast_cpu
 from .localize_buffers_cpu import localize_buffers_cpu
 from .lower_kernel_grid_cpu import lower_kernel_grid_cpu
 from .lower_parallel_cpu import lower_parallel_cpu
@@ -27,6 +28,7 @@ def cpu_passes(vector_bytes: int) -> list[tuple[str, Any]]:
         ("tl.SerializeSmallGridsCPU", serialize_small_grids_cpu),
         ("tl.LocalizeBuffersCPU", localize_buffers_cpu),
         ("tl.FastExpCPU", fast_exp_cpu),
+        ("tl.FP8CastCPU", fp8_cast_cpu),
     ]
 
 
@@ -63,4 +65,4 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
 
 __all__ = ["cpu_passes", "cuda_passes", "validate_tile_ops", "lower_kernel_grid_cpu", "lower_tile_ops_cpu",
            "lower_parallel_cpu", "split_div_mod_cpu",
-           "localize_buffers_cpu", "fast_exp_cpu", "serialize_small_grids_cpu"]
+           "localize_buffers_cpu", "fast_exp_cpu", "fp8_cast_cpu", "serialize_small_grids_cpu"]
