@@ -90,7 +90,8 @@ def test_kernel_compiles_with_nvcc_for_sm80(tmp_path, name, factory, args, kwarg
 
 @needs_nvcc
 def test_recorded_nvcc_command_reproduces_the_cubin(tmp_path):
-    art = _build(gemm.matmul_relu, (256, 256, 256, 64, 64, 32), {"dtype": "float16"}, tmp_path)
+    art = _build(gemm.matmul_relu, (256, 256, 256, 64, 64, 32), {"dtype": "float16"}, tmp_path,
+                 pass_configs={"tl.cuda.compiler": "nvcc"})
     cmd = list(art.extra["cuda"]["nvcc_command"])
     out = tmp_path / "again.cubin"
     cmd[cmd.index("-o") + 1] = str(out)

@@ -41,7 +41,7 @@ def test_cuda_kernel_source_defaults_to_cuda_c(cuda_gemm):
 def test_cuda_kernel_gives_ptx_with_the_kernel_entry(cuda_gemm):
     ptx = cuda_gemm.get_kernel_source("ptx")
     assert ".version" in ptx and f".entry {cuda_gemm.artifact.entry}" in ptx
-    assert "mma.sync" in ptx  # the fp16 GEMM's tensor-core instruction
+    assert "wgmma.mma_async" in ptx or "mma.sync" in ptx  # the fp16 GEMM's tensor-core instruction (sm_90a / sm_80)
     assert "ptx" in cuda_gemm.source_kinds
 
 
@@ -49,7 +49,7 @@ def test_cuda_kernel_gives_ptx_with_the_kernel_entry(cuda_gemm):
 @needs_nvcc
 def test_cuda_kernel_gives_sass_from_its_cubin(cuda_gemm):
     sass = cuda_gemm.get_kernel_source("sass")
-    assert "HMMA" in sass and cuda_gemm.artifact.entry in sass
+    assert ("HGMMA" in sass or "HMMA" in sass) and cuda_gemm.artifact.entry in sass
     assert "sass" in cuda_gemm.source_kinds
 
 
@@ -62,10 +62,11 @@ def test_unknown_source_kind_names_what_is_available(cuda_gemm):
 @needs_nvrtc
 def test_nvrtc_builds_the_template_kernel_to_a_cubin(cuda_gemm, tmp_path):
     src = cuda_gemm.artifact.path / cuda_gemm.artifact.sources["cuda"]
-    cmd, log = compile_cubin(src, tmp_path / "k.cubin", "sm_90", compiler="nvrtc")
+    arch = cuda_gemm.artifact.extra["cuda"]["arch"]
+    cmd, log = compile_cubin(src, tmp_path / "k.cubin", arch, compiler="nvrtc")
     data = (tmp_path / "k.cubin").read_bytes()
     assert data[:4] == b"\x7fELF" and cmd[0] == "nvrtc" and any(c.startswith("-I") for c in cmd)
-    ptx, _ = compile_ptx(src, "sm_90", compiler="nvrtc")
+    ptx, _ = compile_ptx(src, arch, compiler="nvrtc")
     assert f".entry {cuda_gemm.artifact.entry}" in ptx
 
 

@@ -13,19 +13,24 @@ from typing import Any
 from tvm.script import tirx as _tirx
 from tvm.script.tirx import prim_func  # the TVMScript parser finds the dialect through this very object
 
-from .alloc import alloc_fragment, alloc_local, alloc_shared, alloc_var
-from .copy import clear, copy, fill
+from .alloc import alloc_fragment, alloc_global, alloc_local, alloc_shared, alloc_var
+from .atomic import atomic_addx2, atomic_addx4, atomic_max, atomic_min
+from .copy import clear, copy, fill, transpose
 from .dtypes import SUPPORTED_DTYPES, Buffer, Tensor
 from .eager import const, empty
 from .gemm import GemmWarpPolicy, gemm
+from .hints import annotate_layout, disable_warp_group_reg_alloc
 from .kernel import Kernel
+from .logical import all_of, any_of
 from .loops import Parallel, Pipelined, grid, serial, unroll, vectorized
 from .macro import macro
 from .math import (
     abs,
+    align_up,
     cast,
     ceil,
     ceildiv,
+    clamp,
     exp,
     exp2,
     floor,
@@ -40,8 +45,13 @@ from .math import (
     sqrt,
     tanh,
 )
-from .misc import atomic_add, print, use_swizzle
+from .misc import atomic_add, let, print, use_swizzle
 from .reduce import reduce_absmax, reduce_abssum, reduce_max, reduce_min, reduce_sum
+from .reducer import alloc_reducer, finalize_reducer
+from .scan import cummax, cumsum
+from .threads import get_thread_binding, get_thread_bindings
+from .unsupported import UNSUPPORTED, refusal
+from .views import reshape, view
 
 __all__ = [
     "prim_func", "Kernel", "Tensor", "Buffer", "SUPPORTED_DTYPES",
@@ -52,12 +62,17 @@ __all__ = [
     "atomic_add", "print", "use_swizzle",
     "ceildiv", "max", "min", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "floor", "ceil",
     "cast", "if_then_else", "infinity", "macro",
+    "alloc_global", "alloc_reducer", "finalize_reducer", "annotate_layout", "disable_warp_group_reg_alloc",
+    "get_thread_binding", "get_thread_bindings", "reshape", "view", "transpose", "cumsum", "cummax", "clamp",
+    "align_up", "all_of", "any_of", "let", "atomic_max", "atomic_min", "atomic_addx2", "atomic_addx4",
     "const", "empty",
 ]
 
 
 def __getattr__(name: str) -> Any:
     """Fall through to TVMScript's TIR namespace for everything we do not redefine."""
+    if name in UNSUPPORTED:  # TileLang names we do not support: a stand-in that raises why, at the user's line
+        return refusal(name)
     from . import dtypes as _dtypes
 
     if name in _dtypes.DTYPES:  # T.float16, T.float, T.int4, T.float8_e4m3fn ...: str-like dtype objects

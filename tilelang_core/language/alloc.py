@@ -48,3 +48,13 @@ def alloc_var(dtype: Any = "float32", init: Any = None, scope: str = SCOPE_VAR) 
     if init is not None:
         _T.buffer_store(buf, init, [0])
     return buf
+
+
+def alloc_global(shape: Any, dtype: Any = "float32", scope: str = "global") -> Any:
+    """A global-memory workspace the program allocates itself (TileLang: for tests and special cases; a tensor
+    passed in as a parameter is the usual way). CPU: allocated for each call and freed after it. CUDA: not
+    supported (a located error: pass the workspace as a kernel parameter), see docs/compat.md."""
+    if scope != "global":
+        raise ValueError(f"T.alloc_global scope: expected 'global', got {scope!r}")
+    return _T.alloc_buffer(_shape(shape, "T.alloc_global"), canonical_dtype(dtype, "T.alloc_global dtype"),
+                           scope="global")

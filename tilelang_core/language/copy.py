@@ -39,3 +39,36 @@ def fill(buffer: Any, value: Any) -> None:
 def clear(buffer: Any) -> None:
     """Set every element of a tile to zero."""
     fill(buffer, 0)
+
+
+def transpose(src: Any, dst: Any, **_ignored: Any) -> None:
+    """``dst[..., j, i] = src[..., i, j]`` over the last two dimensions (TileLang: shared tiles; any tiles here).
+    Written as a ``T.Parallel`` loop, so each backend lowers it as an element-wise loop."""
+    from tvm.ir import TensorRegion
+    from tvm.script import tirx as _T
+
+    from ._ir import describe, is_buffer
+    from .loops import Parallel
+
+    def whole(x: Any, what: str) -> tuple[Any, list[Any], list[Any]]:
+        if is_buffer(x):
+            return x, [0] * len(x.shape), list(x.shape)
+        if isinstance(x, TensorRegion):
+            return x.source, [r.min for r in x.region], [r.extent for r in x.region]
+        raise TypeError(f"T.transpose {what}: expected a buffer or a slice, got {describe(x)}")
+
+    sb, sm, se = whole(src, "src")
+    db, dm, de = whole(dst, "dst")
+    if len(se) < 2 or len(se) != len(de):
+        raise ValueError(f"T.transpose: src {describe(src)} and dst {describe(dst)} must be tiles of one rank >= 2")
+    want = list(se[:-2]) + [se[-1], se[-2]]
+    if any(str(a) != str(b) for a, b in zip(want, de)):
+        raise ValueError(f"T.transpose: dst {describe(dst)} must have the shape {want} (src {describe(src)} with its "
+                         "last two dimensions swapped)")
+    with Parallel(*se) as vs:
+        vs = list(vs) if isinstance(vs, (list, tuple)) else [vs]
+        swapped = vs[:-2] + [vs[-1], vs[-2]]
+        val = tirx.BufferLoad(sb, [m + v for m, v in zip(sm, vs)])
+        if str(sb.dtype) != str(db.dtype):
+            val = tirx.Cast(str(db.dtype), val)
+        _T.buffer_store(db, val, [m + v for m, v in zip(dm, swapped)])

@@ -52,6 +52,18 @@ def min(a: Any, b: Any) -> Any:  # noqa: A001
     return tirx.min(*_pair(a, b))
 
 
+def clamp(x: Any, min_val: Any, max_val: Any) -> Any:
+    """``x`` limited to ``[min_val, max_val]``: ``T.min(T.max(x, min_val), max_val)`` (TileLang's order, so a
+    NaN ``x`` follows ``T.max``/``T.min``)."""
+    return min(max(x, min_val), max_val)
+
+
+def align_up(x: Any, y: Any) -> Any:
+    """``x`` rounded up to a multiple of ``y``; stays a Python int on Python ints (like ``T.ceildiv``)."""
+    q = ceildiv(x, y)
+    return q * y
+
+
 def cast(value: Any, dtype: Any) -> Any:
     """Convert ``value`` to ``dtype`` (TileLang argument order)."""
     dt = canonical_dtype(dtype, "T.cast dtype")

@@ -1,4 +1,4 @@
-"""Odds and ends of the language: ``T.atomic_add``, ``T.print``, ``T.use_swizzle``."""
+"""Odds and ends of the language: ``T.atomic_add``, ``T.print``, ``T.use_swizzle``, ``T.let``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 import tvm
 from tvm import tirx
 from tvm.ir import TensorLoad, TensorRegion
+from tvm.tirx.script.builder.ir import LetAnnotation
 
 from ._ir import describe, dtype_of, emit, is_buffer, shape_of, to_region
 
@@ -44,3 +45,29 @@ def use_swizzle(panel_size: int = 8, order: str = "row", enable: bool = True) ->
         raise ValueError(f"T.use_swizzle order: expected 'row' or 'col', got {order!r}")
     if enable:
         emit("tl.use_swizzle", [tirx.IntImm("int32", panel_size), tvm.ir.StringImm(order)])
+
+
+class _Let(LetAnnotation):
+    """``T.let``: TVMScript's let annotation (``x: T.let = e``, ``x: T.let[T.int32] = e``) that can also be called
+    as TileLang's ``T.let(v, value)`` (bind a variable made with ``v = T.int32()`` for the statements that follow)
+    and ``T.let(v, value, body)`` (a let expression)."""
+
+    def __call__(self, v: Any, value: Any, body: Any = None) -> Any:
+        from tvm.script import tirx as _T
+
+        if not isinstance(v, tvm.ir.Var) or is_buffer(v):
+            raise TypeError(f"T.let v: expected a variable (v = T.int32()), got {describe(v)}")
+        vdt = dtype_of(v)
+        if isinstance(value, (bool, int, float)):
+            value = tirx.const(value, vdt)
+        elif dtype_of(value) is None:
+            raise TypeError(f"T.let value: expected a scalar expression, got {describe(value)}")
+        elif dtype_of(value) != vdt:
+            value = tirx.Cast(vdt, value)
+        if body is not None:
+            return tirx.Let(v, value, body)
+        _T.bind(value, var=v)
+        return v
+
+
+let = _Let()

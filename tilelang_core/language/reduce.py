@@ -16,7 +16,15 @@ from ._ir import emit, shape_of, to_region
 REDUCE_KINDS = ("sum", "max", "min", "abssum", "absmax")
 
 
-def reduce(src: Any, dst: Any, kind: str, dim: int = -1, clear: bool = True, nan_propagate: bool = False) -> None:
+def reduce(src: Any, dst: Any, kind: str, dim: int = -1, clear: bool = True, nan_propagate: bool = False,
+           batch: int = 1, annotations: Any = None) -> None:
+    """``batch`` (TileLang: outputs per batched all-reduce call, fewer barriers) is checked and accepted; it does not
+    change the result, and our CUDA reduction already combines all outputs of one ``T.reduce_*`` in one call.
+    ``annotations`` (TileLang's lowering controls for newer GPUs) are accepted and ignored."""
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        raise ValueError(f"T.reduce_{kind} batch: expected a positive int, got {batch!r}")
+    if annotations is not None and not isinstance(annotations, dict):
+        raise TypeError(f"T.reduce_{kind} annotations: expected a dict or None, got {annotations!r}")
     if kind not in REDUCE_KINDS:
         raise ValueError(f"T.reduce kind: expected one of {REDUCE_KINDS}, got {kind!r}")
     if not isinstance(dim, int):
@@ -40,29 +48,34 @@ def reduce(src: Any, dst: Any, kind: str, dim: int = -1, clear: bool = True, nan
     emit("tl.reduce", args)
 
 
-def reduce_sum(src: Any, dst: Any, dim: int = -1, clear: bool = True) -> None:
+def reduce_sum(src: Any, dst: Any, dim: int = -1, clear: bool = True, batch: int = 1,
+               annotations: Any = None) -> None:
     """Sum along ``dim``."""
-    reduce(src, dst, "sum", dim, clear)
+    reduce(src, dst, "sum", dim, clear, batch=batch, annotations=annotations)
 
 
-def reduce_max(src: Any, dst: Any, dim: int = -1, clear: bool = True, nan_propagate: bool = False) -> None:
+def reduce_max(src: Any, dst: Any, dim: int = -1, clear: bool = True, nan_propagate: bool = False,
+               batch: int = 1, annotations: Any = None) -> None:
     """Maximum along ``dim``. A NaN element is skipped (as CUDA's ``fmaxf`` and TileLang do) unless
-    ``nan_propagate=True``, which makes the result NaN as ``torch.amax`` does (CPU only so far)."""
-    reduce(src, dst, "max", dim, clear, nan_propagate)
+    ``nan_propagate=True``, which makes the result NaN as ``torch.amax`` does (CPU and CUDA)."""
+    reduce(src, dst, "max", dim, clear, nan_propagate, batch, annotations)
 
 
-def reduce_min(src: Any, dst: Any, dim: int = -1, clear: bool = True, nan_propagate: bool = False) -> None:
+def reduce_min(src: Any, dst: Any, dim: int = -1, clear: bool = True, nan_propagate: bool = False,
+               batch: int = 1, annotations: Any = None) -> None:
     """Minimum along ``dim``. A NaN element is skipped (as CUDA's ``fminf`` and TileLang do) unless
-    ``nan_propagate=True``, which makes the result NaN as ``torch.amin`` does (CPU only so far)."""
-    reduce(src, dst, "min", dim, clear, nan_propagate)
+    ``nan_propagate=True``, which makes the result NaN as ``torch.amin`` does (CPU and CUDA)."""
+    reduce(src, dst, "min", dim, clear, nan_propagate, batch, annotations)
 
 
-def reduce_abssum(src: Any, dst: Any, dim: int = -1, clear: bool = True) -> None:
+def reduce_abssum(src: Any, dst: Any, dim: int = -1, clear: bool = True, batch: int = 1,
+               annotations: Any = None) -> None:
     """Sum of absolute values along ``dim``."""
-    reduce(src, dst, "abssum", dim, clear)
+    reduce(src, dst, "abssum", dim, clear, batch=batch, annotations=annotations)
 
 
-def reduce_absmax(src: Any, dst: Any, dim: int = -1, clear: bool = True, nan_propagate: bool = False) -> None:
+def reduce_absmax(src: Any, dst: Any, dim: int = -1, clear: bool = True, nan_propagate: bool = False,
+               batch: int = 1, annotations: Any = None) -> None:
     """Maximum absolute value along ``dim``. A NaN element is skipped (as CUDA's ``fmaxf`` and TileLang do)
-    unless ``nan_propagate=True``, which makes the result NaN as ``torch.amax`` does (CPU only so far)."""
-    reduce(src, dst, "absmax", dim, clear, nan_propagate)
+    unless ``nan_propagate=True``, which makes the result NaN as ``torch.amax`` does (CPU and CUDA)."""
+    reduce(src, dst, "absmax", dim, clear, nan_propagate, batch, annotations)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 
 from ..errors import TileLangCompileError
@@ -22,12 +23,31 @@ from ._rewriter import const_int, location_of
 from .validate_tile_ops import tile_op_name
 
 
-def _thread_loop(extent: int, body: Any) -> tuple[Any, Any]:
-    tx = tvm.ir.Var("threadIdx_x", "int32")
+def _thread_loop(extent: int, body: Any, tx: Any = None) -> tuple[Any, Any]:
+    tx = tvm.ir.Var("threadIdx_x", "int32") if tx is None else tx
     iv = tirx.IterVar(tvm.ir.Range.from_min_extent(0, extent), tx, tirx.IterVar.ThreadIndex, "threadIdx.x")
     loop = tirx.For(tx, tirx.IntImm("int32", 0), tirx.IntImm("int32", extent), tirx.ForKind.THREAD_BINDING, body,
                     iv, None, None, None)
     return tx, loop
+
+
+def _bind_thread_index(body: Any, tx: Any, ts: list[int]) -> Any:
+    """``T.get_thread_binding(d)`` (``tl.thread_binding(d)``) -> dimension d of the flattened ``threads=(x, y, z)``."""
+    from ..language.threads import thread_binding_dim
+
+    def index(call: Any) -> Any:
+        d = thread_binding_dim(call)
+        if d is None:
+            return call
+        if d >= len(ts):
+            return tirx.IntImm("int32", 0)
+        inner = 1
+        for t in ts[:d]:
+            inner *= t
+        e = tirx.floordiv(tx, inner) if inner > 1 else tx
+        return tirx.floormod(e, ts[d]) if d < len(ts) - 1 else e
+
+    return tvm_ffi.structural_map(body, [(tvm.ir.Call, index)])
 
 
 def _take_swizzle(body: Any) -> tuple[Any, tuple[int, str] | None]:
@@ -70,7 +90,36 @@ def _rasterize(loops: list[Any], body: Any, panel: int, order: str) -> tuple[lis
     return [nbx, nby], tirx.SeqStmt([*binds, body])
 
 
+def _refuse_unsupported(func: tirx.PrimFunc) -> None:
+    """Located errors for what the CUDA backend cannot build: ``T.alloc_global`` workspaces and ``T.reshape`` /
+    ``T.view`` of on-chip tiles (docs/compat.md)."""
+
+    def walk(st: Any, span: Any) -> None:
+        if isinstance(st, tirx.AllocBuffer) and st.buffer.scope() in ("global", ""):
+            raise TileLangCompileError(
+                f"T.alloc_global({st.buffer.name}): a workspace the program allocates is not supported on CUDA (it "
+                "is on the CPU); pass it in as a kernel parameter, e.g. a torch.empty tensor (see docs/compat.md)",
+                location_of(st.span or span), stage="tl.LowerKernelLaunchCUDA")
+        if isinstance(st, tirx.DeclBuffer) and st.buffer.scope() not in ("global", ""):
+            raise TileLangCompileError(
+                f"T.reshape / T.view of a {st.buffer.scope()} tile is not supported on CUDA yet (it is on the CPU); "
+                "allocate the tile in the shape you need, or view the global tensor instead (see docs/compat.md)",
+                location_of(st.span or span), stage="tl.LowerKernelLaunchCUDA")
+        if isinstance(st, tirx.SeqStmt):
+            items = list(st.seq)
+            for i, x in enumerate(items):
+                # a statement without a span (a view) is reported at the next statement that has one
+                nxt = next((y.span for y in items[i:] if getattr(y, "span", None) is not None), span)
+                walk(x, nxt)
+            return
+        for child in _children(st):
+            walk(child, getattr(st, "span", None) or span)
+
+    walk(func.body, None)
+
+
 def lower_kernel_launch_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    _refuse_unsupported(func)
     kernels: list[Any] = []
 
     def find(s: Any) -> None:
@@ -101,15 +150,17 @@ def lower_kernel_launch_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
     threads = 1
     for t in ts:
         threads *= t
-    if threads % 32 or threads > 1024:
-        raise TileLangCompileError(f"T.Kernel threads={threads}: the CUDA backend needs a multiple of 32, at most "
-                                   "1024", location_of(outer.span), stage="tl.LowerKernelLaunchCUDA")
+    if (threads > 32 and threads % 32) or threads > 1024:  # under a warp (threads=1 ...) is fine: one partial warp
+        raise TileLangCompileError(f"T.Kernel threads={threads}: the CUDA backend needs 1 to 32 threads or a multiple "
+                                   "of 32, at most 1024", location_of(outer.span), stage="tl.LowerKernelLaunchCUDA")
     body, swz = _take_swizzle(loops[-1].body)
     new_vars = [lp.loop_var for lp in loops]
     if swz is not None and len(loops) >= 2:
         nv, body = _rasterize(loops, body, *swz)
         new_vars[:2] = nv
-    _, inner = _thread_loop(threads, body)
+    tx, _ = _thread_loop(threads, body)
+    body = _bind_thread_index(body, tx, ts)
+    _, inner = _thread_loop(threads, body, tx)
     for lp, v in reversed(list(zip(loops, new_vars))):
         tb = tirx.IterVar(lp.thread_binding.dom, v, tirx.IterVar.ThreadIndex, str(lp.thread_binding.thread_tag))
         ann = None if lp is not outer else {k: val for k, val in lp.annotations.items() if k != KERNEL_ATTR}

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 
 from ..language._ir import Region, dtype_of
@@ -30,6 +31,13 @@ from .validate_tile_ops import tile_op_name
 _NAMES = "ijklmn"
 ForKind = tirx.ForKind
 _DOT_MAX_M = 2  # T.gemm with a transposed B and at most this many rows of C: dot-product kernel (decode shapes)
+_HALF_ACCUMULATORS = ("float16", "bfloat16")
+K_STEP_HALF = 16  # products per rounding of a half accumulator: the k of an mma.sync m16n8k16 (TileLang's fp16 path)
+
+
+def _half_needs_simple(lanes: int, n: int) -> bool:
+    """Whether the register-blocked kernel cannot take this N (no multiple of the SIMD width)."""
+    return lanes <= 1 or not any(n % (v * lanes) == 0 for v in (4, 3, 2, 1))
 
 
 def _dtype_bytes(dtype: str) -> int:
@@ -166,9 +174,15 @@ class LowerTileOpsCPU(Rewriter):
         if None in (M, N, K):
             self.error(s.span, "T.gemm: tile extents must be compile-time constants on the CPU backend")
             return s
-        acc = c.buffer.dtype
+        # a half-precision accumulator (accum_dtype="float16") rounds once per k-step of K_STEP_HALF products, as a
+        # tensor core's mma does (its products and their sum are exact/fp32 inside one instruction): the sums run in
+        # float32 and are rounded into the accumulator's dtype after every step (docs/design.md)
+        half = str(c.buffer.dtype) in _HALF_ACCUMULATORS
+        acc = "float32" if half else c.buffer.dtype
         stmts: list[Any] = []
-        if tb and not ta and M <= _DOT_MAX_M and self._dot_fits(a, da, b, db, c, dc, N, K):
+        if half and _half_needs_simple(self.lanes(acc), N):
+            return self._gemm_half_simple(s, a, da, b, db, c, dc, ta, tb, M, N, K, clear)
+        if tb and not ta and M <= _DOT_MAX_M and not half and self._dot_fits(a, da, b, db, c, dc, N, K):
             return self._gemm_dot(s, a, da, b, db, c, dc, M, N, K, clear)
 
         def A(i: Any, k: Any) -> Any:  # noqa: N802
@@ -209,12 +223,18 @@ class LowerTileOpsCPU(Rewriter):
 
         def micro(i0: Any, m: int) -> Any:
             regs = [buf for buf, _ in rows[:m]]
-            init = [vec(tirx.BufferStore(regs[r], tirx.const(0, acc) if clear else _load(c.buffer, C(i0 + r, j0 + jj)),
-                                         [jj])) for r in range(m)]
-            fma = [vec(tirx.BufferStore(regs[r], _load(regs[r], [jj]) + A(i0 + r, k) * B(k, j0 + jj), [jj]))
-                   for r in range(m)]
+            init = [vec(tirx.BufferStore(regs[r], tirx.const(0, acc) if clear else
+                                         _cast(_load(c.buffer, C(i0 + r, j0 + jj)), acc), [jj])) for r in range(m)]
             store = [vec(_store(c.buffer, _load(regs[r], [jj]), C(i0 + r, j0 + jj))) for r in range(m)]
-            return seq(init + [make_for(k, K, seq(fma))] + store)
+            if not half:
+                fma = [vec(tirx.BufferStore(regs[r], _load(regs[r], [jj]) + A(i0 + r, k) * B(k, j0 + jj), [jj]))
+                       for r in range(m)]
+                return seq(init + [make_for(k, K, seq(fma))] + store)
+            return seq(init + self._half_k_steps(K, k, lambda kk: [
+                vec(tirx.BufferStore(regs[r], _load(regs[r], [jj]) + A(i0 + r, kk) * B(kk, j0 + jj), [jj]))
+                for r in range(m)], lambda: [
+                vec(tirx.BufferStore(regs[r], _cast(_cast(_load(regs[r], [jj]), c.buffer.dtype), acc), [jj]))
+                for r in range(m)]) + store)
 
         full, tail = divmod(M, mr)
         if full:
@@ -224,6 +244,45 @@ class LowerTileOpsCPU(Rewriter):
         if tail:
             stmts.append(make_for(jo, N // nr, micro(tirx.IntImm("int32", full * mr), tail), span=s.span))
         return seq(stmts, s.span)
+
+    def _half_k_steps(self, K: int, k: Any, fma: Any, round_: Any) -> list[Any]:
+        """The K loop in steps of ``K_STEP_HALF``: ``fma(kk)`` for each k of a step, then ``round_()`` (the
+        accumulator rounded to its half dtype and back), as a tensor core rounds once per mma k-chunk."""
+        steps, tail = divmod(K, K_STEP_HALF)
+        out: list[Any] = []
+        if steps:
+            ko, ki = new_var("ko"), new_var("ki")
+            self.bind_loop(ko, 0, steps)
+            self.bind_loop(ki, 0, K_STEP_HALF)
+            kk = ko * K_STEP_HALF + ki
+            out.append(make_for(ko, steps, seq([make_for(ki, K_STEP_HALF, seq(fma(kk)))] + round_())))
+        if tail:
+            self.bind_loop(k, 0, tail)
+            out += [make_for(k, tail, seq(fma(k + steps * K_STEP_HALF)))] + round_()
+        return out
+
+    def _gemm_half_simple(self, s: Any, a: Region, da: list[int], b: Region, db: list[int], c: Region,
+                          dc: list[int], ta: bool, tb: bool, M: int, N: int, K: int, clear: bool) -> Any:
+        """A half-precision accumulator whose N is no multiple of the SIMD width: element by element, each
+        element's sum in float32, rounded once per k-step."""
+        tmp, alloc = _alloc([1], "float32", "C_f32")
+        i, j, k = new_var("i"), new_var("j"), new_var("k")
+        for v, e in ((i, M), (j, N)):
+            self.bind_loop(v, 0, e)
+        z = tirx.IntImm("int32", 0)
+
+        def prod(kk: Any) -> Any:
+            av = _cast(_load(a.buffer, indices_at(a, da, [kk, i] if ta else [i, kk])), "float32")
+            bv = _cast(_load(b.buffer, indices_at(b, db, [j, kk] if tb else [kk, j])), "float32")
+            return [tirx.BufferStore(tmp, _load(tmp, [z]) + av * bv, [z])]
+
+        cidx = indices_at(c, dc, [i, j])
+        init = tirx.BufferStore(tmp, tirx.const(0, "float32") if clear else _cast(_load(c.buffer, cidx), "float32"),
+                                [z])
+        body = seq([init] + self._half_k_steps(K, k, prod, lambda: [
+            tirx.BufferStore(tmp, _cast(_cast(_load(tmp, [z]), c.buffer.dtype), "float32"), [z])])
+            + [_store(c.buffer, _load(tmp, [z]), cidx)])
+        return seq([alloc, make_for(i, M, make_for(j, N, body), span=s.span)], s.span)
 
     def _transpose_pack(self, b: Region, db: list[int], bp: Any, K: int, N: int, span: Any) -> Any:
         """``bp[k, n] = B[n, k]`` for a (N, K) tile of B.
@@ -427,9 +486,19 @@ class LowerTileOpsCPU(Rewriter):
             def val(co: list[Any]) -> Any:
                 return args[1]
 
+        kind = str(args[2].value) if len(args) > 2 else "add"  # T.atomic_max / T.atomic_min
+
+        def combine(old: Any, v: Any) -> Any:
+            if kind == "add":
+                return old + v
+            if not str(dst.buffer.dtype).startswith(("float", "bfloat")):
+                return tirx.max(old, v) if kind == "max" else tirx.min(old, v)
+            # a NaN value is skipped (it never compares greater), as in the reductions and on CUDA
+            return tirx.Select(v > old if kind == "max" else v < old, v, old)
+
         def body(co: list[Any]) -> Any:
             di = indices_at(dst, dd, co)
-            st = _store(dst.buffer, _load(dst.buffer, di) + _cast(val(co), dst.buffer.dtype), di)
+            st = _store(dst.buffer, combine(_load(dst.buffer, di), _cast(val(co), dst.buffer.dtype)), di)
             conds = in_bounds_conds(dst.buffer, di, self.ana) if is_global(dst.buffer) else []
             return tirx.IfThenElse(and_all(conds), st, None) if conds else st
 
@@ -438,6 +507,11 @@ class LowerTileOpsCPU(Rewriter):
     # -- use_swizzle ---------------------------------------------------------------------------------------
     def _lower_use_swizzle(self, s: Any, args: list[Any]) -> Any:
         return tirx.Evaluate(tirx.IntImm("int32", 0), span=s.span)  # block order does not matter on a CPU
+
+    # -- finalize_reducer ----------------------------------------------------------------------------------
+    def _lower_finalize_reducer(self, s: Any, args: list[Any]) -> Any:
+        # the CPU applies a reducer's updates in program order: it is whole already
+        return tirx.Evaluate(tirx.IntImm("int32", 0), span=s.span)
 
     # -- print ---------------------------------------------------------------------------------------------
     def _lower_print(self, s: Any, args: list[Any]) -> Any:
@@ -520,5 +594,59 @@ def _printf_arg(v: Any) -> tuple[str, Any]:
     return "%lld", tirx.Cast("int64", v)
 
 
+def _refuse_thread_index(func: tirx.PrimFunc) -> None:
+    """``T.get_thread_binding()`` has no meaning here: the CPU runs a block's code once, not once per thread."""
+    from ..errors import TileLangCompileError
+    from ..language.threads import thread_binding_dim
+    from ._rewriter import location_of
+
+    def uses(e: Any) -> bool:
+        hit: list[Any] = []
+        tvm_ffi.structural_map(e, [(tvm.ir.Call, lambda c: (hit.append(c) if thread_binding_dim(c) is not None
+                                                            else None, c)[1])])
+        return bool(hit)
+
+    def own_exprs(st: Any) -> list[Any]:
+        if isinstance(st, tirx.BufferStore):
+            return [st.value, *st.indices]
+        if isinstance(st, (tirx.IfThenElse, tirx.While)):
+            return [st.condition]
+        if isinstance(st, tirx.For):
+            return [st.min, st.extent]
+        if isinstance(st, (tirx.Bind, tirx.Evaluate)):
+            return [st.value]
+        return []
+
+    found: list[Any] = []  # raised after the walk: an exception inside the callback would cross the FFI
+
+    def check(st: Any) -> Any:
+        if not found and any(uses(e) for e in own_exprs(st)):
+            found.append(st.span)
+        return st
+
+    tvm_ffi.structural_map(func.body, [(t, check) for t in (tirx.BufferStore, tirx.IfThenElse, tirx.While,
+                                                            tirx.For, tirx.Bind, tirx.Evaluate)])
+    if found:
+        raise TileLangCompileError(
+            "T.get_thread_binding: per-thread code needs a thread index, and the CPU backend runs each block once as "
+            "whole-tile code (not once per thread); write the block's work with T.Parallel / tile ops, or compile "
+            "for CUDA (see docs/compat.md)", location_of(found[0]), stage="tl.LowerTileOpsCPU")
+
+
+def _legalize_bool_compares(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``a != b`` / ``a == b`` on two bools (``mask[k] != 0`` on a bool fragment) compared as int8: TVM's LLVM
+    codegen emitted an ``fcmp`` on ``i1`` for them (invalid IR, an internal error reaching the user)."""
+
+    def as_int(node: Any) -> Any:
+        a, b = node.a, node.b
+        if dtype_of(a) != "bool" or dtype_of(b) != "bool":
+            return node
+        cls = tirx.NE if isinstance(node, tirx.NE) else tirx.EQ
+        return cls(tirx.Cast("int8", a), tirx.Cast("int8", b))
+
+    return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.NE, as_int), (tirx.EQ, as_int)]))
+
+
 def lower_tile_ops_cpu(func: tirx.PrimFunc, vector_bytes: int = 32) -> tirx.PrimFunc:
-    return LowerTileOpsCPU(vector_bytes).run(func)
+    _refuse_thread_index(func)
+    return LowerTileOpsCPU(vector_bytes).run(_legalize_bool_compares(func))

@@ -106,6 +106,7 @@ class LowerTileOpsCUDA(Rewriter):
         self.new_swizzle: dict[Any, int] = {}
         self.bind_loop(self.tid, _imm(0), _imm(self.threads))
         self.in_parallel = 0
+        self.atomic_kind = "add"
 
     # -- memory kinds --------------------------------------------------------------------------------------
     def kind(self, buf: Any) -> str:
@@ -653,10 +654,7 @@ class LowerTileOpsCUDA(Rewriter):
     def _lower_reduce(self, s: Any, args: list[Any]) -> Any:
         src, dst = Region.of(args[0]), Region.of(args[1])
         kind, dim, clear = str(args[2].value), const_int(args[3]), bool(const_int(args[4]))
-        if len(args) > 5 and const_int(args[5]):
-            self.error(s.span, f"T.reduce_{kind}(nan_propagate=True) is not supported on CUDA yet (tl::MaxOp / "
-                               "MinOp skip NaN, as fmaxf does); it is on the CPU")
-            return s
+        nan_propagate = len(args) > 5 and bool(const_int(args[5]))
         dt = str(dst.buffer.dtype)
         rank = len(src.extents)
         sext = [const_int(e) for e in src.extents]
@@ -677,6 +675,8 @@ class LowerTileOpsCUDA(Rewriter):
         else:
             init = tirx.infinity(dt) if is_float else tirx.max_value(dt)
         op = {"sum": "SumOp", "abssum": "SumOp", "max": "MaxOp", "absmax": "MaxOp", "min": "MinOp"}[kind]
+        if nan_propagate and op != "SumOp" and is_float:
+            op = op.replace("Op", "NanOp")  # tl::MaxNanOp / MinNanOp: a NaN anywhere in a row wins (torch.amax)
 
         def f(x: Any) -> Any:
             x = _cast(x, dt)
@@ -685,7 +685,10 @@ class LowerTileOpsCUDA(Rewriter):
         def comb(x: Any, y: Any) -> Any:
             if op == "SumOp":
                 return x + y
-            return tirx.max(x, y) if op == "MaxOp" else tirx.min(x, y)
+            m = tirx.max(x, y) if op.startswith("Max") else tirx.min(x, y)
+            if op.endswith("NanOp"):  # x + y is NaN exactly when one of them is
+                return tirx.Select(tirx.isnan(x) | tirx.isnan(y), x + y, m)
+            return m
 
         def dflat(keep_coords: list[Any]) -> Any:
             return self.ana.simplify(flat_index(keep_coords, tuple(kext)))
@@ -737,7 +740,8 @@ class LowerTileOpsCUDA(Rewriter):
             stmts.append(self.unrolled(lay.num_regs, acc_sh))
         if cross:
             warps = self.threads // 32
-            scratch = tirx.decl_buffer((max(warps, 1) * D,), dt, "red_smem", scope="shared")
+            slots = self.threads if self.threads < 32 else max(warps, 1)  # under a warp: one slot per thread
+            scratch = tirx.decl_buffer((slots * D,), dt, "red_smem", scope="shared")
             stmts.append(tirx.AllocBuffer(scratch))
             stmts.append(extern(f"tl::block_allreduce<tl::{op}, {self.threads}, {D}>",
                                 tirx.address_of(_load(part, [_imm(0)])), tirx.address_of(_load(scratch, [_imm(0)]))))
@@ -812,13 +816,19 @@ class LowerTileOpsCUDA(Rewriter):
     # -- atomic_add ----------------------------------------------------------------------------------------
     def _atomic(self, buf: Any, idx: list[Any], value: Any) -> Any:
         dt = str(buf.dtype)
-        call = extern("atomicAdd", tirx.address_of(_load(buf, idx)), _cast(value, dt), dtype=dt)
+        fn = {"add": "atomicAdd", "max": "tl::atomic_max", "min": "tl::atomic_min"}[self.atomic_kind]
+        call = extern(fn, tirx.address_of(_load(buf, idx)), _cast(value, dt), dtype=dt)
         if is_global(buf):
             return _guard(in_bounds_conds(buf, idx, self.ana), call)
         return call
 
     def _lower_atomic_add(self, s: Any, args: list[Any]) -> Any:
+        self.atomic_kind = str(args[2].value) if len(args) > 2 else "add"  # T.atomic_max / T.atomic_min
         dst = Region.of(args[0])
+        if self.atomic_kind != "add" and str(dst.buffer.dtype) in ("int8", "uint8", "int16", "uint16", "bool"):
+            self.error(s.span, f"T.atomic_{self.atomic_kind}: {dst.buffer.dtype} has no atomic max/min on CUDA; "
+                               "use a 32-bit integer tensor (see docs/compat.md)")
+            return s
         dd = squeezed(dst, self.ana)
         if not isinstance(args[1], tvm.ir.TensorRegion):
             if dd:
@@ -859,6 +869,13 @@ class LowerTileOpsCUDA(Rewriter):
             return _guard([valid] if valid is not None else [], self._atomic(dst.buffer, indices_at(dst, dd, coords),
                                                                             v))
         return self.unrolled(lay.num_regs, one_d)
+
+    # -- finalize_reducer ----------------------------------------------------------------------------------
+    def _lower_finalize_reducer(self, s: Any, args: list[Any]) -> Any:
+        self.error(s.span, "T.finalize_reducer: TileLang's reducers (T.alloc_reducer) are not supported on CUDA (the "
+                           "CPU backend runs them); accumulate into a fragment tile and combine it with T.reduce_* "
+                           "(see docs/compat.md)")
+        return s
 
     # -- use_swizzle (consumed by tl.LowerKernelLaunchCUDA; one left elsewhere does nothing) ------------------
     def _lower_use_swizzle(self, s: Any, args: list[Any]) -> Any:

@@ -28,7 +28,7 @@ class CudaBuild:
     source_file: Path
     kernel: str
     arg_names: list[str]
-    grid: list[int]
+    grid: list[int | str]
     block: list[int]
     dyn_smem: int
     arch: str
@@ -36,21 +36,24 @@ class CudaBuild:
     compiler_output: str = ""
     timings: dict[str, float] = field(default_factory=dict)
     serial_streams: bool = False  # the kernel keeps state in module globals (split-K workspace)
+    arg_dtypes: list[str] = field(default_factory=list)  # per kernel argument: "handle" (a tensor) or a scalar dtype
 
     def launch_meta(self) -> dict[str, Any]:
         """The launch description the artifact stores (``extra["cuda"]``)."""
         return {"cubin": self.cubin.name, "kernel": self.kernel, "grid": list(self.grid), "block": list(self.block),
-                "dyn_smem": int(self.dyn_smem), "args": list(self.arg_names), "arch": self.arch,
+                "dyn_smem": int(self.dyn_smem), "args": list(self.arg_names),
+                "arg_dtypes": list(self.arg_dtypes), "arch": self.arch,
                 "nvcc_command": list(self.command), "ptxas_info": self.compiler_output[-4000:],
                 "serial_streams": self.serial_streams}
 
 
 def build(mod: Any, out_dir: Path, arch: str = DEFAULT_ARCH, instruments: list[Any] | None = None,
           compile: bool = True, compiler: str | None = None, options: Any = None,  # noqa: A002
-          flags: list[str] | None = None) -> CudaBuild:
+          flags: list[str] | None = None, header_cache: Path | None = None) -> CudaBuild:
     """CUDA C for ``mod`` into ``out_dir/kernel.cu`` and (``compile=True``) a cubin ``out_dir/kernel.cubin``, by
-    ``compiler`` (``"auto"``: nvcc when found, else NVRTC; None: the ``tl.cuda.compiler`` of ``options``, a
-    :class:`~tilelang_core.pass_config.PassConfig` or ``pass_configs`` dict), with extra compiler ``flags``."""
+    ``compiler`` (``"auto"``: NVRTC when installed, else nvcc; None: the ``tl.cuda.compiler`` of ``options``, a
+    :class:`~tilelang_core.pass_config.PassConfig` or ``pass_configs`` dict), with extra compiler ``flags``;
+    ``header_cache``: where NVRTC keeps its precompiled headers (e.g. under the kernel cache; None: none)."""
     from ...pass_config import PassConfigKey, resolve
 
     opts = resolve(options)
@@ -65,12 +68,12 @@ def build(mod: Any, out_dir: Path, arch: str = DEFAULT_ARCH, instruments: list[A
     msgs = ""
     t0 = time.perf_counter()
     if compile:
-        cmd, msgs = compile_cubin(cu, cubin, arch, compiler, flags=flags)
+        cmd, msgs = compile_cubin(cu, cubin, arch, compiler, flags=flags, header_cache=header_cache)
     timings = dict(src.timings)
     timings["nvcc"] = time.perf_counter() - t0
     return CudaBuild(cubin=cubin, source_file=cu, kernel=src.kernel, arg_names=src.arg_names, grid=src.grid,
                      block=src.block, dyn_smem=src.dyn_smem, arch=arch, command=cmd, compiler_output=msgs,
-                     timings=timings, serial_streams=STATEFUL_MARK in src.source)
+                     timings=timings, serial_streams=STATEFUL_MARK in src.source, arg_dtypes=src.arg_dtypes)
 
 
 __all__ = ["CudaBuild", "CudaSource", "DEFAULT_ARCH", "INCLUDE_DIR", "build", "compile_cubin", "compiler_identity",

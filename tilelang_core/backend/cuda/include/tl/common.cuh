@@ -1,5 +1,15 @@
 // Common helpers of the tilelang_core CUDA templates (see tl.cuh).
 #pragma once
+// The standard headers the generated kernel's preamble includes come first, here, so that NVRTC's automatic
+// precompiled header (the first #include of a source: tl/tl.cuh) holds all of them; parsing cuda/std/type_traits
+// alone is most of a small kernel's front-end time.
+#ifdef __CUDACC_RTC__
+#include <cuda/std/cstdint>
+#include <cuda/std/type_traits>
+#else
+#include <cstdint>
+#include <type_traits>
+#endif
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 

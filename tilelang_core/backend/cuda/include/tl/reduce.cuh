@@ -16,13 +16,39 @@ struct MinOp {
   template <typename T>
   static __device__ __forceinline__ T apply(T a, T b) { return a < b ? a : b; }
 };
+// nan_propagate=True: a NaN on either side wins (a + b is NaN then), as torch.amax / amin
+struct MaxNanOp {
+  template <typename T>
+  static __device__ __forceinline__ T apply(T a, T b) { return (a != a || b != b) ? T(a + b) : (a > b ? a : b); }
+};
+struct MinNanOp {
+  template <typename T>
+  static __device__ __forceinline__ T apply(T a, T b) { return (a != a || b != b) ? T(a + b) : (a < b ? a : b); }
+};
 
 // vals[0..D) hold each thread's partial results; on return every thread of the block holds the combination of
 // all threads' partials. scratch: shared memory of at least (THREADS / 32) * D elements, private to this call
 // site (it is reused only by later executions of the same call, which the leading barrier protects).
+// Blocks of fewer than 32 threads (threads=1 ...): one partial warp; combined through scratch of THREADS * D
+// elements instead of shuffles (a full-mask shuffle would name lanes that do not exist).
 template <class Op, int THREADS, int D, typename T>
 __device__ __forceinline__ void block_allreduce(T* vals, T* scratch) {
-  static_assert(THREADS % 32 == 0, "block_allreduce: threads must be a multiple of 32");
+  static_assert(THREADS < 32 || THREADS % 32 == 0, "block_allreduce: threads must be under 32 or a multiple of 32");
+  if constexpr (THREADS < 32) {
+    if constexpr (THREADS > 1) {
+      __syncthreads();  // an earlier execution of this call may still be reading scratch
+#pragma unroll
+      for (int d = 0; d < D; ++d) scratch[threadIdx.x * D + d] = vals[d];
+      __syncthreads();
+#pragma unroll
+      for (int d = 0; d < D; ++d) {
+        T v = scratch[d];
+        for (int t = 1; t < THREADS; ++t) v = Op::apply(v, scratch[t * D + d]);
+        vals[d] = v;
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int d = 0; d < D; ++d) {
     T v = vals[d];

@@ -10,3 +10,4 @@
 #include "tl/gemm.cuh"
 #include "tl/reduce.cuh"
 #include "tl/dequant.cuh"
+#include "tl/atomic.cuh"
