@@ -29,10 +29,10 @@ from .errors import (  # noqa: E402  (light)
 
 # Eager and light (no TVM, no torch at import): binding ``jit`` here also keeps the name pointing at the decorator
 # rather than at the ``tilelang_core.jit`` subpackage, which importing the subpackage would otherwise set.
-from .jit import JITKernel, cache_stats, compile, jit  # noqa: E402,A004
+from .jit import JITKernel, cache_stats, compile, jit, without_disk_cache  # noqa: E402,A004
 
 __all__ = ["__version__", "TileLangError", "TileLangCompileError", "TileLangCheckError", "TileLangRuntimeError",
-           "jit", "compile", "cache_stats", "JITKernel", *_LAZY]
+           "jit", "compile", "cache_stats", "without_disk_cache", "JITKernel", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

@@ -12,12 +12,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import threading
 import time
 import types
 from collections import OrderedDict
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,21 +95,13 @@ def jit_decorator() -> Any:
     return jit.jit if isinstance(jit, types.ModuleType) else jit  # robust to `import tilelang_core.jit` first
 
 
-@contextlib.contextmanager
-def _disk_cache_disabled(disabled: bool) -> Iterator[None]:
-    """``--force``: bypass tilelang_core's disk cache too (its documented ``TILELANG_CORE_DISABLE_CACHE``)."""
-    if not disabled:
-        yield
-        return
-    old = os.environ.get("TILELANG_CORE_DISABLE_CACHE")
-    os.environ["TILELANG_CORE_DISABLE_CACHE"] = "1"
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("TILELANG_CORE_DISABLE_CACHE", None)
-        else:
-            os.environ["TILELANG_CORE_DISABLE_CACHE"] = old
+def _disk_cache_bypassed(force: bool) -> contextlib.AbstractContextManager[None]:
+    """``--force``: bypass tilelang_core's disk cache too, for this compile only (``tilelang_core.without_disk_cache``
+    applies to the calling thread and never touches the process environment, so other threads' compiles keep
+    their cache)."""
+    import tilelang_core
+
+    return tilelang_core.without_disk_cache() if force else contextlib.nullcontext()
 
 
 def effective_out_idx(program: CellProgram, out_idx: list[int] | None) -> list[int]:
@@ -179,7 +169,7 @@ class BuildCache:
         if hit is not None:
             kernel, compile_seconds = hit
             return BuildResult(kernel, "cached", time.perf_counter() - t0, compile_seconds, key)
-        with _disk_cache_disabled(force):
+        with _disk_cache_bypassed(force):
             kernel = compile_program(program, kwargs, out_idx, target, name)
         seconds = time.perf_counter() - t0
         status = "disk" if getattr(kernel, "cache_status", "compiled") == "disk" else "compiled"

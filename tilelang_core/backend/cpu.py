@@ -8,11 +8,14 @@ take on machines without the TVM compiler.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
 import platform
 import subprocess
+import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,24 +92,71 @@ class CpuBuild:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def _shim_object(cache_dir: Path) -> Path:
-    """Compile the runtime shim once per cache dir (keyed by its source hash)."""
-    src = SHIM_SOURCE.read_bytes()
-    digest = hashlib.sha256(src).hexdigest()[:16]
-    obj = cache_dir / f"cpu_backend_shim-{digest}.o"
-    if obj.exists():
+_SHIM_LOCK = threading.Lock()
+
+
+def _c_compiler() -> tuple[str, str]:
+    """The C compiler that builds the runtime shim, and where that name came from (for error messages)."""
+    cc = os.environ.get("CC")
+    return (cc, f"$CC={cc!r}") if cc else ("gcc", "the default 'gcc' ($CC is not set)")
+
+
+def compiler_not_found(cc: str, origin: str, what: str, err: OSError) -> TileLangCompileError:
+    """The error for a C compiler that cannot be run: names it, where it came from and how to fix it."""
+    return TileLangCompileError(
+        f"{what} needs a C compiler: tried {cc!r} ({origin}), which could not be run ({err.strerror or err}). "
+        "Install gcc or clang, or set CC (and CXX, used for linking) to the compiler's full path, e.g. "
+        "CC=/usr/bin/gcc", stage="codegen")
+
+
+def _intact_shim(obj: Path) -> bool:
+    """The shim's file name ends with the first 16 hex digits of its own SHA-256: a truncated or garbage file
+    (or one half-copied by hand) does not match."""
+    try:
+        return hashlib.sha256(obj.read_bytes()).hexdigest()[:16] == obj.stem.rsplit("-", 1)[-1]
+    except OSError:
+        return False
+
+
+def _shim_object(shim_dir: Path) -> Path:
+    """The compiled runtime shim in ``shim_dir``, built on first use, once per source and C compiler.
+
+    One build at a time in this process (threads wait for the first); across processes each builds into its own
+    temporary file and renames it into place, so racing builds never clobber each other. The object is named by
+    its own hash, so a damaged one is detected, removed (with a warning) and rebuilt instead of failing every
+    later link."""
+    cc, origin = _c_compiler()
+    digest = hashlib.sha256(SHIM_SOURCE.read_bytes() + b"\0" + cc.encode()).hexdigest()[:16]
+    with _SHIM_LOCK:
+        for obj in sorted(shim_dir.glob(f"cpu_backend_shim-{digest}-*.o")):
+            if _intact_shim(obj):
+                return obj
+            import warnings
+
+            warnings.warn(f"removing a damaged CPU runtime shim object {obj} (it does not match its recorded "
+                          "hash) and building it again", RuntimeWarning, stacklevel=4)
+            with contextlib.suppress(OSError):
+                obj.unlink()
+        shim_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".cpu_backend_shim-{digest}-", suffix=".tmp.o", dir=shim_dir)
+        os.close(fd)
+        tmp = Path(tmp_name)
+        try:
+            cmd = [cc, "-c", "-O2", "-fPIC", "-fopenmp", "-x", "c", str(SHIM_SOURCE), "-o", str(tmp)]
+            try:
+                res = subprocess.run(cmd, capture_output=True, text=True)
+            except OSError as e:  # FileNotFoundError, PermissionError: CC names nothing runnable
+                raise compiler_not_found(cc, origin, "compiling the CPU runtime shim", e) from None
+            if res.returncode != 0:
+                raise TileLangCompileError(f"compiling the CPU runtime shim failed: {' '.join(cmd)}\n{res.stderr}",
+                                           stage="codegen", report=FailureReport(command=" ".join(cmd),
+                                                                                 command_output=res.stderr))
+            obj = shim_dir / f"cpu_backend_shim-{digest}-{hashlib.sha256(tmp.read_bytes()).hexdigest()[:16]}.o"
+            os.replace(tmp, obj)
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
         return obj
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = obj.with_suffix(f".{os.getpid()}.tmp.o")
-    cc = os.environ.get("CC", "gcc")
-    cmd = [cc, "-c", "-O2", "-fPIC", "-fopenmp", "-x", "c", str(SHIM_SOURCE), "-o", str(tmp)]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode != 0:
-        raise TileLangCompileError(f"compiling the CPU runtime shim failed: {' '.join(cmd)}\n{res.stderr}",
-                                   stage="codegen", report=FailureReport(command=" ".join(cmd),
-                                                                         command_output=res.stderr))
-    os.replace(tmp, obj)
-    return obj
 
 
 def codegen(mod: Any, instruments: list[Any] | None = None) -> Any:
@@ -139,7 +189,12 @@ class _Linker:
 
         compiler = cc.get_cc() or "g++"
         self.command = [compiler, "-shared", "-fPIC", "-o", output, *(options or []), *objects]
-        res = subprocess.run(self.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            res = subprocess.run(self.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        except OSError as e:
+            origin = next((f"${v}={os.environ[v]!r}" for v in ("CXX", "CC") if os.environ.get(v)),
+                          "found on PATH by TVM")
+            raise compiler_not_found(compiler, origin, "linking the kernel library", e) from None
         self.output = res.stdout
         if res.returncode != 0:
             raise RuntimeError(f"Compilation error:\n{res.stdout}\nCommand line: {' '.join(self.command)}")
@@ -153,11 +208,13 @@ def build(mod: Any, out_dir: Path, shim_cache: Path, instruments: list[Any] | No
     ex = codegen(mod, instruments)
     t1 = time.perf_counter()
     lib = out_dir / "kernel.so"
-    shim = _shim_object(shim_cache)
+    shim = _shim_object(Path(shim_cache))
     options = [str(shim), "-fopenmp", "-O2"]
     linker = _Linker()
     try:
         ex.export_library(str(lib), fcompile=linker, options=options)
+    except TileLangCompileError:
+        raise
     except Exception as e:  # noqa: BLE001
         raise TileLangCompileError(f"linking the kernel library failed: {e}", stage="link",
                                    report=FailureReport(stage="link", command=" ".join(linker.command),

@@ -240,49 +240,60 @@ def _after_compile(kernel: JITKernel, func: Any, opts: CompileOptions) -> None:
 def _compile_cpu(func: Any, target: Any, backend: str, specs: list[Any], outs: list[int], opts: CompileOptions,
                  name: str | None, config: dict[str, Any] | None) -> JITKernel:
     from ..backend import cpu as cpu_backend
-    from ..runtime.artifact import Artifact, sha256_file
 
     t0 = time.perf_counter()
     tgt = cpu_backend.host_target() if backend == "cpu" else {}
     toolchain = {"llvm": cpu_backend.llvm_version(), "cc": os.environ.get("CC", "gcc")}
     key = cache.disk_key(func.script(), outs, tgt, opts.pass_configs, toolchain)
-    art = cache.disk_get(key)
-    status = "disk"
-    if art is None:
-        status = "compiled"
-        tmp = cache.new_build_dir()
-        try:
+    with cache.key_lock(key):  # one thread compiles a key; the others then find it on disk
+        art = cache.disk_get(key)
+        status = "disk"
+        tmp = None
+        if art is None:
+            status = "compiled"
+            tmp = cache.new_build_dir()
             try:
-                mod = cpu_backend.lower(func)
-                build = cpu_backend.build(mod, tmp, cache.cache_dir())
-            except TileLangCompileError as e:
-                from ..trace.report import describe_compile_failure
-
-                describe_compile_failure(e, func, target=target, resolved_target=tgt, out_idx=outs, specs=specs,
-                                         name=name, config=config, pass_configs=opts.pass_configs)
+                art = _build_cpu(func, target, tgt, specs, outs, opts, name, config, tmp.path)
+            except BaseException:
+                tmp.remove()
                 raise
-            sources = {}
-            for kind, text in (("llvm", build.sources.get("llvm", "")), ("asm", build.sources.get("asm", "")),
-                               ("tir", mod.script())):
-                fname = {"llvm": "kernel.ll", "asm": "kernel.s", "tir": "lowered.tir.py"}[kind]
-                (tmp / fname).write_text(text)
-                sources[kind] = fname
-            art = Artifact(path=tmp, entry="main", target=tgt, params=specs, out_idx=outs, sources=sources,
-                           library_sha256=sha256_file(build.library),
-                           extra={"name": name or "main", "config": {k: repr(v) for k, v in (config or {}).items()},
-                                  "link_command": build.link_command, "llvm_target": build.llvm_target,
-                                  "llvm_version": build.llvm_version,
-                                  "pass_configs": opts.pass_configs.explicit()})
-            art.write_meta()
-        except BaseException:
-            import shutil
+            art = cache.disk_put(key, tmp, art)
+            cache.count("compiles")
+    kernel = JITKernel(art, program=func, config=config, cache_status=status,
+                       compile_seconds=time.perf_counter() - t0, name=name, pass_configs=opts.pass_configs)
+    cache.tie_to_kernel(tmp, kernel)
+    return kernel
 
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        art = cache.disk_put(key, tmp, art)
-        cache.STATS.compiles += 1
-    return JITKernel(art, program=func, config=config, cache_status=status,
-                     compile_seconds=time.perf_counter() - t0, name=name, pass_configs=opts.pass_configs)
+
+def _build_cpu(func: Any, target: Any, tgt: dict[str, Any], specs: list[Any], outs: list[int], opts: CompileOptions,
+               name: str | None, config: dict[str, Any] | None, tmp: Any) -> Any:
+    """Lower, generate and link ``func`` into the folder ``tmp``; returns its artifact (meta.json written)."""
+    from ..backend import cpu as cpu_backend
+    from ..runtime.artifact import Artifact, sha256_file
+
+    try:
+        mod = cpu_backend.lower(func)
+        build = cpu_backend.build(mod, tmp, cache.shim_dir())
+    except TileLangCompileError as e:
+        from ..trace.report import describe_compile_failure
+
+        describe_compile_failure(e, func, target=target, resolved_target=tgt, out_idx=outs, specs=specs,
+                                 name=name, config=config, pass_configs=opts.pass_configs)
+        raise
+    sources = {}
+    for kind, text in (("llvm", build.sources.get("llvm", "")), ("asm", build.sources.get("asm", "")),
+                       ("tir", mod.script())):
+        fname = {"llvm": "kernel.ll", "asm": "kernel.s", "tir": "lowered.tir.py"}[kind]
+        (tmp / fname).write_text(text)
+        sources[kind] = fname
+    art = Artifact(path=tmp, entry="main", target=tgt, params=specs, out_idx=outs, sources=sources,
+                   library_sha256=sha256_file(build.library),
+                   extra={"name": name or "main", "config": {k: repr(v) for k, v in (config or {}).items()},
+                          "link_command": build.link_command, "llvm_target": build.llvm_target,
+                          "llvm_version": build.llvm_version,
+                          "pass_configs": opts.pass_configs.explicit()})
+    art.write_meta()
+    return art
 
 
 class JITFactory:
@@ -314,9 +325,20 @@ class JITFactory:
             mkey = (tuple((k, repr(v)) for k, v in config.items()), repr(self.target), self.options.key())
         except Exception:  # noqa: BLE001
             mkey = None
-        if mkey is not None and mkey in self._memory:
-            cache.STATS.memory_hits += 1
-            return self._memory[mkey]
+        if mkey is None:
+            return self._specialise(config, args, kwargs)
+        hit = self._memory.get(mkey)
+        if hit is None:
+            with cache.key_lock(("jit factory", id(self), mkey)):  # threads asking for one key: one compiles
+                hit = self._memory.get(mkey)
+                if hit is None:
+                    kernel = self._specialise(config, args, kwargs)
+                    self._memory[mkey] = kernel
+                    return kernel
+        cache.count("memory_hits")
+        return hit
+
+    def _specialise(self, config: dict[str, Any], args: tuple, kwargs: dict) -> JITKernel:
         func = self.get_program(*args, **kwargs)
         try:
             kernel = _compile(func, self.target, self.options, name=self.factory.__name__, config=config)
@@ -324,8 +346,6 @@ class JITFactory:
             self._describe(e, config)
             raise
         kernel.factory = self
-        if mkey is not None:
-            self._memory[mkey] = kernel
         return kernel
 
     def get_program(self, *args: Any, **kwargs: Any) -> Any:
@@ -407,4 +427,6 @@ def cache_stats() -> dict[str, int]:
     return cache.STATS.as_dict()
 
 
-__all__ = ["jit", "compile", "JITKernel", "JITFactory", "CompileOptions", "cache_stats"]
+without_disk_cache = cache.without_disk_cache
+
+__all__ = ["jit", "compile", "JITKernel", "JITFactory", "CompileOptions", "cache_stats", "without_disk_cache"]

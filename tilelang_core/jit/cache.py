@@ -4,47 +4,60 @@ The disk key is a SHA-256 over everything that can change the generated code: th
 TVMScript text, which includes every specialised argument), ``out_idx``, the resolved target, the
 ``pass_configs`` (every option, defaults filled in), the compiler's own sources (:func:`compiler_digest`), the
 versions of tilelang_core and TVM, the LLVM version on the CPU, and for CUDA the identity of the CUDA compiler
-(nvcc's path, ``--version`` and flags, or NVRTC's version) with the kernel's ``compile_flags``. Entries are written to a
-temporary folder and renamed into place (atomic on one filesystem), so a reader never sees half an entry; an
-entry whose metadata or library hash does not check out is removed and rebuilt. (The CPU key's toolchain part
-is the LLVM major version and ``$CC``, which compiles the runtime shim.)
+(nvcc's path, ``--version`` and flags, or NVRTC's version) with the kernel's ``compile_flags``. (The CPU key's
+toolchain part is the LLVM major version and ``$CC``, which compiles the runtime shim.)
+
+Faults (docs/design.md, "The kernel cache under faults and threads"): entries are built in a locked temporary
+folder (:mod:`.build_dirs`) and renamed into place (atomic on one filesystem), so a reader never sees half an
+entry and a killed compile's folder is swept by the next process. Each entry holds ``checksums.json``, the SHA-256
+of every other file in it; an entry that does not check out (a truncated or garbage file, an edited ``meta.json``,
+a file or a dangling link in place of the folder) is discarded with a :class:`CacheWarning` and rebuilt. An unusable
+cache folder falls back to a private one (:mod:`.cache_location`).
+
+Threads: :func:`key_lock` makes one thread compile a key while the others wait for its result; the counters
+(:data:`STATS`) are updated under a lock (:func:`count`).
 
 Location: ``$TILELANG_CORE_CACHE_DIR``, else ``$XDG_CACHE_HOME/tilelang_core``, else ``~/.cache/tilelang_core``.
-``TILELANG_CORE_DISABLE_CACHE=1`` turns the disk cache off.
+``TILELANG_CORE_DISABLE_CACHE=1`` turns the disk cache off; :func:`without_disk_cache` for one thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import threading
+import warnings
+import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import TileLangRuntimeError
-from ..runtime.artifact import Artifact, load_artifact
+from ..runtime.artifact import Artifact, load_artifact, sha256_file
+from . import build_dirs
+from .cache_location import (  # noqa: F401  (re-exported: the cache's public names live here)
+    CacheWarning,
+    cache_dir,
+    cache_root,
+    disk_cache_enabled,
+    forget,
+    private_dir,
+    shim_dir,
+    warn_once,
+    without_disk_cache,
+)
 
-
-def cache_dir() -> Path:
-    env = os.environ.get("TILELANG_CORE_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tilelang_core"
-
-
-def disk_cache_enabled() -> bool:
-    return os.environ.get("TILELANG_CORE_DISABLE_CACHE", "") not in ("1", "true", "yes")
+CHECKSUMS = "checksums.json"
+BUILD_PREFIX = ".tmp-"
 
 
 @dataclass
 class CacheStats:
-    """Counters since process start (or the last :func:`reset_stats`)."""
+    """Counters since process start (or the last :func:`reset_stats`); change them through :func:`count`."""
 
     memory_hits: int = 0
     disk_hits: int = 0
@@ -52,24 +65,50 @@ class CacheStats:
     corrupt_rebuilt: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
+        with _LOCK:
+            return dict(self.__dict__)
 
 
 STATS = CacheStats()
 _LOCK = threading.Lock()
 _MEMORY: dict[Any, Any] = {}
+_KEY_LOCKS: dict[Any, list[Any]] = {}  # key -> [lock, number of threads holding or waiting for it]
+_SWEPT: set[str] = set()
+
+
+def count(name: str, n: int = 1) -> None:
+    """Add ``n`` to the counter ``name`` of :data:`STATS` (thread-safe)."""
+    with _LOCK:
+        setattr(STATS, name, getattr(STATS, name) + n)
 
 
 def reset_stats() -> None:
-    global STATS
-    STATS.__dict__.update(CacheStats().__dict__)
+    with _LOCK:
+        STATS.__dict__.update(CacheStats().__dict__)
+
+
+@contextlib.contextmanager
+def key_lock(key: Any) -> Iterator[None]:
+    """Single-flight: one thread at a time inside the block for one ``key`` (others for other keys run on). The
+    lock table holds only keys in use, so it does not grow with the number of kernels."""
+    with _LOCK:
+        entry = _KEY_LOCKS.setdefault(key, [threading.Lock(), 0])
+        entry[1] += 1
+    try:
+        with entry[0]:
+            yield
+    finally:
+        with _LOCK:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del _KEY_LOCKS[key]
 
 
 def memory_get(key: Any) -> Any:
     with _LOCK:
         k = _MEMORY.get(key)
     if k is not None:
-        STATS.memory_hits += 1
+        count("memory_hits")
     return k
 
 
@@ -165,43 +204,115 @@ def disk_key(program_text: str, out_idx: list[int], target: dict[str, Any], pass
     return h.hexdigest()[:32]
 
 
-def disk_get(key: str) -> Artifact | None:
-    if not disk_cache_enabled():
-        return None
-    path = cache_dir() / "kernels" / key
-    if not path.exists():
-        return None
+def load_entry(path: Path) -> Artifact:
+    """Load and verify a cache entry: every file against ``checksums.json`` (the library too), the metadata, and
+    the generated sources read into memory. Raises :class:`TileLangRuntimeError` saying what is wrong."""
     try:
-        art = load_artifact(path)
-    except TileLangRuntimeError:
-        STATS.corrupt_rebuilt += 1
-        shutil.rmtree(path, ignore_errors=True)
-        return None
-    STATS.disk_hits += 1
+        recorded = json.loads((path / CHECKSUMS).read_text())
+        if not isinstance(recorded, dict) or "meta.json" not in recorded:
+            raise ValueError(f"{CHECKSUMS} lists no meta.json")
+        for name, digest in recorded.items():
+            if sha256_file(path / name) != digest:
+                raise ValueError(f"{name} does not match its recorded SHA-256")
+    except (OSError, ValueError, TypeError) as e:
+        raise TileLangRuntimeError(f"corrupt or incomplete kernel cache entry at {path}: {e}") from e
+    art = load_artifact(path, verify=False)  # the library was just checked against checksums.json
+    if art.library not in recorded or any(f not in recorded for f in art.sources.values()):
+        raise TileLangRuntimeError(f"corrupt kernel cache entry at {path}: a file it names is not checksummed")
+    try:
+        art.keep_sources()
+    except OSError as e:
+        raise TileLangRuntimeError(f"corrupt kernel cache entry at {path}: {e}") from e
     return art
 
 
-def new_build_dir() -> Path:
-    root = cache_dir() / "kernels" if disk_cache_enabled() else Path(tempfile.gettempdir()) / "tilelang_core_nocache"
-    root.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
-
-
-def disk_put(key: str, tmp_dir: Path, artifact: Artifact) -> Artifact:
-    """Move a finished build into place atomically; returns the artifact at its final path."""
-    if not disk_cache_enabled():
-        return artifact
-    final = cache_dir() / "kernels" / key
+def _lookup(key: str, path: Path | None = None) -> Artifact | None:
+    """The sound entry for ``key`` (at ``path``, else in the cache) or None; a broken one is discarded (with a
+    warning) so it can be rebuilt."""
+    if path is None:
+        root = cache_root()
+        path = None if root is None else root / "kernels" / key
+    if path is None or not os.path.lexists(path):
+        return None
     try:
-        os.rename(tmp_dir, final)
-    except OSError:
-        # another process won the race (or a stale entry is there): keep theirs if it is sound
-        existing = disk_get(key)
-        if existing is not None:
-            shutil.rmtree(tmp_dir, ignore_errors=True)
-            STATS.disk_hits -= 1  # not a hit from the caller's point of view
-            return existing
-        shutil.rmtree(final, ignore_errors=True)
-        os.rename(tmp_dir, final)
-    artifact.path = final
+        return load_entry(path)
+    except TileLangRuntimeError as e:
+        count("corrupt_rebuilt")
+        warnings.warn(f"discarding a broken kernel cache entry and compiling it again: {e}", CacheWarning,
+                      stacklevel=5)
+        build_dirs.discard(path)
+        return None
+
+
+def disk_get(key: str) -> Artifact | None:
+    art = _lookup(key)
+    if art is not None:
+        count("disk_hits")
+    return art
+
+
+def new_build_dir() -> build_dirs.BuildDir:
+    """A locked folder to build a kernel in: inside the cache (so the finished build can be renamed into place),
+    or in the process's private folder when the disk cache is off. The first build of a process in a cache folder
+    sweeps the folders that killed compiles left there."""
+    root = cache_root()
+    if root is None:
+        return build_dirs.BuildDir.create(private_dir() / "builds", prefix="build-")
+    kernels = root / "kernels"
+    with _LOCK:
+        first = str(kernels) not in _SWEPT
+        _SWEPT.add(str(kernels))
+    if first:
+        build_dirs.sweep(kernels, prefix=BUILD_PREFIX)
+    try:
+        build = build_dirs.BuildDir.create(kernels, prefix=BUILD_PREFIX)
+    except OSError:  # the cache folder went away or became unwritable since it was checked: check it again
+        forget(root)
+        root = cache_root()
+        if root is None:
+            return build_dirs.BuildDir.create(private_dir() / "builds", prefix="build-")
+        kernels = root / "kernels"
+        build = build_dirs.BuildDir.create(kernels, prefix=BUILD_PREFIX)
+    build.entries = kernels
+    return build
+
+
+def write_checksums(folder: Path) -> None:
+    """Record the SHA-256 of every file in a finished build (what :func:`load_entry` verifies)."""
+    sums = {f.name: sha256_file(f) for f in sorted(folder.iterdir()) if f.is_file() and f.name != CHECKSUMS}
+    (folder / CHECKSUMS).write_text(json.dumps(sums, indent=1, sort_keys=True))
+
+
+def disk_put(key: str, build: build_dirs.BuildDir, artifact: Artifact) -> Artifact:
+    """Move a finished build into the cache atomically; returns the artifact at its final path (the sound entry
+    another process put there first, if one did). When the disk cache is off, or the entry cannot be written, the
+    build stays where it is and lives as long as its kernel (:func:`tie_to_kernel`)."""
+    artifact.keep_sources()
+    if build.entries is None:
+        return artifact
+    final = build.entries / key
+    write_checksums(build.path)
+    for _ in range(3):
+        try:
+            os.rename(build.path, final)
+        except OSError:
+            # another process won the race (keep theirs if sound), or something broken is in the way
+            existing = _lookup(key, final)
+            if existing is not None:
+                build.remove()
+                return existing
+            continue
+        build.published = True
+        build.release()
+        artifact.path = final
+        return artifact
+    warn_once(f"unwritable:{final}", f"could not write the kernel cache entry {final}; this kernel is kept for "
+              "this process only")
     return artifact
+
+
+def tie_to_kernel(build: build_dirs.BuildDir | None, kernel: Any) -> None:
+    """An unpublished build folder (disk cache off, or the entry could not be written) is removed when its kernel
+    is garbage-collected (or at exit), so uncached compiles leave nothing behind."""
+    if build is not None and not build.published:
+        weakref.finalize(kernel, build.remove)

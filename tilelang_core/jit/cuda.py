@@ -8,7 +8,6 @@ kernel symbol, grid, block, dynamic shared memory, argument order, the nvcc comm
 
 from __future__ import annotations
 
-import shutil
 import time
 from typing import Any
 
@@ -67,18 +66,22 @@ def compile_cuda(func: Any, specs: list[ParamSpec], outs: list[int], target: dic
     opts = resolve(pass_configs)
     t0 = time.perf_counter()
     key = cache.disk_key(func.script(), outs, target, opts, toolchain(target, opts, compile_flags))
-    art = cache.disk_get(key)
-    status = "disk"
-    if art is None:
-        status = "compiled"
-        tmp = cache.new_build_dir()
-        try:
-            art = build_artifact(func, tmp, target, specs, outs, name=name, config=config, pass_configs=opts,
-                                 compile_flags=compile_flags)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        art = cache.disk_put(key, tmp, art)
-        cache.STATS.compiles += 1
-    return JITKernel(art, program=func, config=config, cache_status=status,
-                     compile_seconds=time.perf_counter() - t0, name=name, pass_configs=opts)
+    with cache.key_lock(key):  # one thread compiles a key; the others then find it on disk
+        art = cache.disk_get(key)
+        status = "disk"
+        tmp = None
+        if art is None:
+            status = "compiled"
+            tmp = cache.new_build_dir()
+            try:
+                art = build_artifact(func, tmp.path, target, specs, outs, name=name, config=config,
+                                     pass_configs=opts, compile_flags=compile_flags)
+            except BaseException:
+                tmp.remove()
+                raise
+            art = cache.disk_put(key, tmp, art)
+            cache.count("compiles")
+    kernel = JITKernel(art, program=func, config=config, cache_status=status,
+                       compile_seconds=time.perf_counter() - t0, name=name, pass_configs=opts)
+    cache.tie_to_kernel(tmp, kernel)
+    return kernel

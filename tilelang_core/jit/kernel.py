@@ -25,6 +25,10 @@ class JITKernel:
         from ..pass_config import resolve
 
         self.artifact = artifact
+        try:  # the generated sources stay readable if the cache folder is deleted later
+            artifact.keep_sources()
+        except OSError:
+            pass
         self.pass_configs = resolve(pass_configs)  # the options in force (a PassConfig; .explicit(): those set)
         self.program = program  # the PrimFunc as written (TIR with tile ops), when compiled in this process
         self.config = dict(config or {})

@@ -52,7 +52,16 @@ class Artifact:
         name = self.sources.get(kind)
         if name is None:
             raise KeyError(f"no {kind!r} source in this artifact; available: {sorted(self.sources)}")
+        kept = self.__dict__.get("_kept_sources")
+        if kept is not None and kind in kept:
+            return kept[kind]
         return (self.path / name).read_text()
+
+    def keep_sources(self) -> None:
+        """Read every generated source into memory, so :meth:`source` works after the folder is gone (a cache
+        cleared while the kernel is in use). Not part of ``meta.json``."""
+        if self.__dict__.get("_kept_sources") is None:
+            self.__dict__["_kept_sources"] = {k: (self.path / n).read_text() for k, n in self.sources.items()}
 
     def write_meta(self) -> None:
         meta = asdict(self)
