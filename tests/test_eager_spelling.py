@@ -70,6 +70,17 @@ def scale_into(X: T.Tensor((ROWS, COLS), "float32"), Y: T.Tensor((ROWS, COLS), "
 
 
 @tilelang.jit
+def scaled(X, block: int = 16, factor: float = 2.0, dtype: str = "float32"):
+    N = T.const("N")
+    X: T.Tensor((N,), dtype)
+    Y = T.empty((N,), dtype)
+    with T.Kernel(T.ceildiv(N, block)) as bx:
+        for i in T.Parallel(block):
+            Y[bx * block + i] = X[bx * block + i] * factor
+    return Y
+
+
+@tilelang.jit
 def twice_and_plus_one(X, block=32):
     N = T.const("N")
     X: T.Tensor((N,), "float32")
@@ -80,6 +91,23 @@ def twice_and_plus_one(X, block=32):
             Twice[bx * block + i] = X[bx * block + i] * 2
             PlusOne[bx * block + i] = X[bx * block + i] + 1
     return PlusOne, Twice
+
+
+@tilelang.jit
+def doubled_by_a_macro(X, block=16):
+    N = T.const("N")
+    X: T.Tensor((N,), "float32")
+    Y = T.empty((N,), "float32")
+    factor = 2.0 if N > 32 else 3.0  # a host value computed from a size, after the declarations
+
+    @T.macro
+    def scale_block(bx):  # closes over the parameters X and Y
+        for i in T.Parallel(block):
+            Y[bx * block + i] = X[bx * block + i] * factor
+
+    with T.Kernel(T.ceildiv(N, block)) as bx:
+        scale_block(bx)
+    return Y
 
 
 @tilelang.jit
@@ -142,12 +170,26 @@ def test_signature_annotations_make_runtime_parameters_and_no_output_returns_non
     torch.testing.assert_close(y, x * 3.0)
 
 
+def test_parameters_annotated_with_python_types_are_compile_time_arguments():
+    x = torch.randn(50)
+    torch.testing.assert_close(scaled(x, 8, 0.5), x * 0.5)
+    kernel = scaled.compile(x, block=8, factor=0.5)
+    assert [p.name for p in kernel.params] == ["X", "Y"] and kernel.config["factor"] == 0.5
+
+
 def test_several_outputs_come_back_in_the_order_of_the_return():
     x = torch.randn(100)
     plus_one, twice = twice_and_plus_one(x)
     torch.testing.assert_close(plus_one, x + 1)
     torch.testing.assert_close(twice, x * 2)
     assert twice_and_plus_one.compile(N=100).out_idx == [1, 2]
+
+
+def test_host_values_and_macros_after_the_declarations_see_the_sizes_and_the_parameters():
+    x = torch.randn(64)
+    torch.testing.assert_close(doubled_by_a_macro(x), x * 2.0)
+    x = torch.randn(32)
+    torch.testing.assert_close(doubled_by_a_macro(x), x * 3.0)
 
 
 def test_a_size_only_in_an_output_is_given_as_a_keyword():

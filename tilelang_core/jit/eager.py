@@ -54,6 +54,7 @@ from . import cache
 
 _DECL_CALLS = ("const", "empty", "dynamic", "symbolic")
 _ANN = "__tl_eager_annotation__"
+_OUT = "__tl_eager_output__"
 _PRIM_FUNC = "__tl_eager_prim_func__"
 _PARAM = "__tl_eager_param_"
 
@@ -120,8 +121,7 @@ def is_eager(func: Callable[..., Any]) -> bool:
            for x in a.posonlyargs + a.args + a.kwonlyargs):
         return True
     for stmt in fdef.body:
-        if isinstance(stmt, ast.AnnAssign) and stmt.value is None and isinstance(stmt.target, ast.Name) \
-                and stmt.target.id in params:
+        if _is_parameter_annotation(stmt, params):
             return True
         if isinstance(stmt, ast.With) and any(_call_name(it.context_expr) == "Kernel" for it in stmt.items):
             return True
@@ -131,18 +131,67 @@ def is_eager(func: Callable[..., Any]) -> bool:
     return False
 
 
-def _looks_like_tensor_annotation(node: ast.AST) -> bool:
-    """``T.Tensor(...)``, ``T.Tensor[...]``, ``T.Buffer(...)`` (and a string holding one)."""
+def _unstring(node: ast.AST) -> ast.AST:
+    """A postponed annotation (``from __future__ import annotations``) as the expression it spells."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         try:
-            node = ast.parse(node.value, mode="eval").body
+            return ast.parse(node.value, mode="eval").body
         except SyntaxError:
-            return False
+            return node
+    return node
+
+
+def _looks_like_tensor_annotation(node: ast.AST) -> bool:
+    """``T.Tensor(...)``, ``T.Tensor[...]``, ``T.Buffer(...)``, ``T.StridedTensor(...)`` (or a string of one)."""
+    node = _unstring(node)
     if isinstance(node, (ast.Call, ast.Subscript)):
         f = node.func if isinstance(node, ast.Call) else node.value
         name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
-        return name in ("Tensor", "Buffer")
+        return name in ("Tensor", "Buffer", "StridedTensor")
     return False
+
+
+def _is_dtype_attribute(node: ast.AST) -> bool:
+    """``T.float32``, ``T.int32``, ``T.bool`` ...: a scalar parameter's annotation in the body (TileLang's rule)."""
+    from ..language.dtypes import SUPPORTED_DTYPES
+
+    node = _unstring(node)
+    return isinstance(node, ast.Attribute) and node.attr in (*SUPPORTED_DTYPES, "float", "int", "half", "double")
+
+
+def _is_parameter_annotation(stmt: ast.stmt, params: set[str]) -> bool:
+    """A bare ``A: T.Tensor(...)`` / ``n: T.int32`` statement naming a parameter: it declares a runtime parameter.
+    Any other annotation (``x: int``) is plain Python, as in TileLang."""
+    return (isinstance(stmt, ast.AnnAssign) and stmt.value is None and isinstance(stmt.target, ast.Name)
+            and stmt.target.id in params
+            and (_looks_like_tensor_annotation(stmt.annotation) or _is_dtype_attribute(stmt.annotation)))
+
+
+def _runtime_in_signature(func: Callable[..., Any], name: str, node: ast.expr) -> bool:
+    """Whether the signature annotation of ``name`` makes it a runtime parameter: a tensor or a scalar dtype
+    (``T.Tensor(...)``, ``T.float32``); a Python type (``int``, ``T.dtype``) or anything else marks a compile-time
+    argument, as in TileLang, which keeps only annotations that are buffers or variables."""
+    if _looks_like_tensor_annotation(node) or _is_dtype_attribute(node):
+        return True
+    obj = getattr(func, "__annotations__", {}).get(name)
+    if isinstance(obj, str):
+        from tvm.script.parser.core.utils import get_func_nonlocals
+
+        try:
+            obj = eval(obj, {**func.__globals__, **get_func_nonlocals(func)})  # noqa: S307 (the user's annotation)
+        except Exception:  # noqa: BLE001 - not evaluable where the function was defined: not a dtype or tensor
+            return False
+    if obj is None or isinstance(obj, type) or type(obj).__module__ in ("typing", "types"):
+        return False
+    from tvm import tirx
+
+    if tirx.is_buffer_var(obj):
+        return True
+    from ..language.dtypes import SUPPORTED_DTYPES
+
+    if callable(obj) and getattr(obj, "__name__", None) in SUPPORTED_DTYPES:  # TVMScript's T.float32 ...
+        return True
+    return type(obj) is not str and str(obj) in SUPPORTED_DTYPES  # a dtype object
 
 
 # -- the split, once per decorated function -----------------------------------------------------------------------
@@ -154,6 +203,7 @@ class _Split:
     sig_annotations: dict[str, ast.expr]  # parameter -> its annotation in the signature
     body_annotations: dict[str, ast.AnnAssign]  # parameter -> its bare annotation statement in the body
     declarations: list[ast.stmt]
+    host_tail: list[ast.stmt]        # plain-Python statements between the declarations and the kernel proper
     kernel_body: list[ast.stmt]
     outputs: list[tuple[str, ast.stmt]]   # T.empty outputs, in order
     returns: list[str] | None        # names of the final ``return``; None when there is none
@@ -174,8 +224,8 @@ class _Split:
 
 
 def _is_declaration(stmt: ast.stmt, params: set[str]) -> bool:
-    if isinstance(stmt, ast.AnnAssign) and stmt.value is None and isinstance(stmt.target, ast.Name):
-        return stmt.target.id in params
+    if _is_parameter_annotation(stmt, params):
+        return True
     if isinstance(stmt, ast.Assign):
         return _call_name(stmt.value) in _DECL_CALLS
     return False
@@ -193,12 +243,13 @@ def _split(func: Callable[..., Any]) -> _Split:
                                    SourceLocation(src.source_name, *src.location(node)[:2]), stage="parse")
     params = _param_names(fdef)
     pset = set(params)
-    sig = {x.arg: x.annotation for x in a.posonlyargs + a.args + a.kwonlyargs if x.annotation is not None}
+    sig = {x.arg: x.annotation for x in a.posonlyargs + a.args + a.kwonlyargs
+           if x.annotation is not None and _runtime_in_signature(func, x.arg, x.annotation)}
     body = list(fdef.body)
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
             and isinstance(body[0].value.value, str):
         body = body[1:]  # docstring
-    split = _Split(src, fdef, params, sig, {}, [], [], [], None, False, {})
+    split = _Split(src, fdef, params, sig, {}, [], [], [], [], None, False, {})
     if body and isinstance(body[-1], ast.Return):
         ret = body.pop()
         split.returns, split.return_tuple = _return_names(split, ret)
@@ -208,13 +259,14 @@ def _split(func: Callable[..., Any]) -> _Split:
                 raise split.error(node, f"{fdef.name}: an eager @jit function returns its T.empty outputs with "
                                         "one `return` at the end of its body")
     last = max((i for i, s in enumerate(body) if _is_declaration(s, pset)), default=-1)
-    split.declarations, split.kernel_body = body[:last + 1], body[last + 1:]
+    split.declarations, rest = body[:last + 1], body[last + 1:]
+    n_host = next((i for i, s in enumerate(rest) if not isinstance(s, _HOST_STMTS)), len(rest))
+    split.host_tail, split.kernel_body = rest[:n_host], rest[n_host:]
     for stmt in split.declarations:
         if isinstance(stmt, (ast.With, ast.AsyncWith)) or _is_kernel_stmt(stmt):
             raise split.error(stmt, f"{fdef.name}: the kernel body starts here, but tensor annotations, T.const "
                                     "and T.empty follow it; declare every parameter, size and output first")
-        if isinstance(stmt, ast.AnnAssign) and stmt.value is None and isinstance(stmt.target, ast.Name) \
-                and stmt.target.id in pset:
+        if _is_parameter_annotation(stmt, pset):
             name = stmt.target.id
             if name in sig or name in split.body_annotations:
                 raise split.error(stmt, f"{fdef.name}: parameter {name!r} is annotated twice")
@@ -260,6 +312,13 @@ def _return_names(split: _Split, ret: ast.Return) -> tuple[list[str] | None, boo
     return [e.id for e in elts], is_tuple
 
 
+# Statements after the declarations that run as Python before the kernel is parsed (values such as a softmax
+# scale, helper ``@T.macro`` definitions, which TVMScript cannot parse as kernel statements); the first other
+# statement starts the kernel body.
+_HOST_STMTS = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.FunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom,
+               ast.Pass)
+
+
 def _is_kernel_stmt(stmt: ast.stmt) -> bool:
     return isinstance(stmt, (ast.For, ast.While)) or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
                                                        and _call_name(stmt.value) not in _DECL_CALLS)
@@ -294,15 +353,26 @@ class _Declarations:
     def __init__(self, split: _Split, func: Callable[..., Any]):
         self.split = split
         self.func = func
+        # finding the sizes runs the declarations only (a host value such as ``dim ** 0.5`` need not work on a
+        # symbolic size); building the program runs the host statements after them too
+        self.code_sizes = self._compile(split.declarations)
+        self.code = self._compile(split.declarations + split.host_tail)
+
+    def _compile(self, statements: list[ast.stmt]) -> Any:
+        split = self.split
         fdef = split.fdef
         body: list[ast.stmt] = []
         for name in split.params:  # signature annotations first, evaluated where the declarations can see them
             if name in split.sig_annotations:
                 body.append(self._record(name, split.sig_annotations[name], split.sig_annotations[name]))
-        for stmt in split.declarations:
-            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) \
+        for stmt in statements:
+            if isinstance(stmt, ast.AnnAssign) and stmt.value is None and isinstance(stmt.target, ast.Name) \
                     and stmt.target.id in split.body_annotations:
                 body.append(self._record(stmt.target.id, stmt.annotation, stmt))
+            elif any(stmt is out for _, out in split.outputs):
+                name = stmt.targets[0].id
+                call = ast.Call(ast.Name(_OUT, ast.Load()), [ast.Constant(name), stmt.value], [])
+                body.append(ast.copy_location(ast.Assign([ast.Name(name, ast.Store())], call), stmt))
             else:
                 body.append(stmt)
         body.append(ast.Return(ast.Call(ast.Name("locals", ast.Load()), [], []), lineno=fdef.lineno, col_offset=0))
@@ -314,7 +384,7 @@ class _Declarations:
                              type_params=[], lineno=fdef.lineno, col_offset=fdef.col_offset)
         mod = ast.Module(body=[_absolute(fn, split.source)], type_ignores=[])
         ast.fix_missing_locations(mod)
-        self.code = compile(mod, split.source.source_name, "exec")
+        return compile(mod, split.source.source_name, "exec")
 
     @staticmethod
     def _record(name: str, annotation: ast.expr, at: ast.AST) -> ast.stmt:
@@ -332,18 +402,28 @@ class _Declarations:
         from ..language.eager import EAGER_BUILD, EagerContext, EmptyTensor
 
         annotations: dict[str, Any] = {}
+        outputs: dict[str, Any] = {}
 
         def record(name: str, value: Any) -> Any:
             annotations[name] = value
             return value
+
+        def output(name: str, value: Any) -> Any:
+            """``C = T.empty(...)``: C becomes the kernel parameter itself (so a helper closing over C sees it)."""
+            if not isinstance(value, EmptyTensor):
+                stmt = dict(self.split.outputs)[name]
+                raise self.split.error(stmt, f"{name}: expected T.empty(...) here, got {type(value).__name__}")
+            outputs[name] = value.annotation()
+            return outputs[name]
 
         from tvm.script.parser.core.utils import get_func_nonlocals
 
         g = dict(self.func.__globals__)
         g.update(get_func_nonlocals(self.func))
         g[_ANN] = record
+        g[_OUT] = output
         ns: dict[str, Any] = {}
-        exec(self.code, g, ns)  # noqa: S102 (the user's own declarations, compiled from their source)
+        exec(self.code if values is not None else self.code_sizes, g, ns)  # noqa: S102 (the user's own declarations, compiled from their source)
         fn = ns[self.split.fdef.name]
         ctx = EagerContext(values=values)
         prev = getattr(EAGER_BUILD, "current", None)
@@ -352,14 +432,8 @@ class _Declarations:
             local = fn(**arguments)
         finally:
             EAGER_BUILD.current = prev
-        outputs = []
-        for name, stmt in self.split.outputs:
-            value = local.get(name)
-            if not isinstance(value, EmptyTensor):
-                raise self.split.error(stmt, f"{name}: expected the T.empty output here, but the declarations "
-                                             f"rebound it to {type(value).__name__}")
-            outputs.append((name, value))
-        return _Declared(annotations, outputs, {**g, **local}, dict(ctx.declared))
+        return _Declared(annotations, [(n, outputs[n]) for n, _ in self.split.outputs], {**g, **local},
+                         dict(ctx.declared))
 
 
 # -- the factory ---------------------------------------------------------------------------------------------------
@@ -614,10 +688,7 @@ def _parse_kernel(factory: EagerJITFactory, decl: _Declared, config: dict[str, A
         args.append(ast.copy_location(ast.arg(p, ast.copy_location(ast.Name(_PARAM + p, ast.Load()), node)), node))
     for name, out in decl.outputs:
         stmt = dict(split.outputs)[name]
-        try:
-            extra[_PARAM + name] = out.annotation()
-        except (TypeError, ValueError) as e:
-            raise split.error(stmt, str(e)) from None
+        extra[_PARAM + name] = out
         args.append(ast.copy_location(ast.arg(name, ast.copy_location(ast.Name(_PARAM + name, ast.Load()), stmt)),
                                       stmt))
     body = [copy.deepcopy(s) for s in split.kernel_body] or [ast.copy_location(ast.Pass(), split.fdef)]
