@@ -434,6 +434,18 @@ class Emulator:
         comb = _COMBINE[op]
         vals, scratch = self.pointer(args[0], th), self.pointer(args[1], th)
         pv, ps = _PtrBuf(vals), _PtrBuf(scratch)
+        if threads < WARP:  # a block under one warp: through scratch of threads * d elements, no shuffles
+            if threads > 1:
+                yield ("sync",)
+                for k in range(d):
+                    self._raw_store(th, ps, th.tid * d + k, self._raw_load(th, pv, k))
+                yield ("sync",)
+                for k in range(d):
+                    v = self._raw_load(th, ps, k)
+                    for t in range(1, threads):
+                        v = comb(v, self._raw_load(th, ps, t * d + k))
+                    self._raw_store(th, pv, k, v)
+            return
         for k in range(d):
             v = self._raw_load(th, pv, k)
             for off in (16, 8, 4, 2, 1):
@@ -590,6 +602,7 @@ _MATH = {
     "tirx.ceil": _f(np.ceil),
     "tirx.pow": _f(np.power),
     "tirx.fma": _f(lambda a, b, c: a * b + c),
+    "tirx.isnan": _f(np.isnan),
 }
 
 # device functions of our headers used as values (tl/common.cuh): same results up to their stated error
@@ -598,7 +611,10 @@ _EXTERN_MATH = {
 }
 
 _COMBINE = {"SumOp": lambda a, b: a + b, "MaxOp": lambda a, b: np.where(a > b, a, b),
-            "MinOp": lambda a, b: np.where(a < b, a, b)}
+            "MinOp": lambda a, b: np.where(a < b, a, b),
+            # nan_propagate=True (reduce.cuh): a NaN on either side wins
+            "MaxNanOp": lambda a, b: np.where(np.isnan(a) | np.isnan(b), a + b, np.where(a > b, a, b)),
+            "MinNanOp": lambda a, b: np.where(np.isnan(a) | np.isnan(b), a + b, np.where(a < b, a, b))}
 
 
 def prepare(func: Any, arch: str = "sm_90") -> Any:

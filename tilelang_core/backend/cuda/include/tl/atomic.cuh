@@ -9,25 +9,33 @@
 
 namespace tl {
 
-template <typename T> struct atomic_bits;
-template <> struct atomic_bits<float> { using type = unsigned int; };
-template <> struct atomic_bits<double> { using type = unsigned long long; };
-template <> struct atomic_bits<half> { using type = unsigned short; };
-template <> struct atomic_bits<__nv_bfloat16> { using type = unsigned short; };
+// bit casts of the floating types to the unsigned type atomicCAS takes (NVRTC has no __builtin_memcpy)
+__device__ __forceinline__ unsigned int atomic_to_bits(float v) { return __float_as_uint(v); }
+__device__ __forceinline__ float atomic_from_bits(unsigned int b, float) { return __uint_as_float(b); }
+__device__ __forceinline__ unsigned long long atomic_to_bits(double v) {
+  return static_cast<unsigned long long>(__double_as_longlong(v));
+}
+__device__ __forceinline__ double atomic_from_bits(unsigned long long b, double) {
+  return __longlong_as_double(static_cast<long long>(b));
+}
+__device__ __forceinline__ unsigned short atomic_to_bits(half v) { return __half_as_ushort(v); }
+__device__ __forceinline__ half atomic_from_bits(unsigned short b, half) { return __ushort_as_half(b); }
+__device__ __forceinline__ unsigned short atomic_to_bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+__device__ __forceinline__ __nv_bfloat16 atomic_from_bits(unsigned short b, __nv_bfloat16) {
+  return __ushort_as_bfloat16(b);
+}
 
 template <bool MAX, typename T>
 __device__ __forceinline__ void atomic_cas_minmax(T* addr, T val) {
-  using U = typename atomic_bits<T>::type;
+  using U = decltype(atomic_to_bits(val));
   U* p = reinterpret_cast<U*>(addr);
   U old = *reinterpret_cast<volatile U*>(p);
+  const U want = atomic_to_bits(val);
   while (true) {
     U assumed = old;
-    T cur;
-    __builtin_memcpy(&cur, &assumed, sizeof(T));
+    T cur = atomic_from_bits(assumed, val);
     bool better = MAX ? (val > cur) : (val < cur);
     if (!better) return;
-    U want;
-    __builtin_memcpy(&want, &val, sizeof(T));
     old = atomicCAS(p, assumed, want);
     if (old == assumed) return;
   }
