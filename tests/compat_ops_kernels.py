@@ -327,3 +327,35 @@ def gemm_fp16_accumulate(M, N, K, bM, bN, bK, transpose_B=False):
             T.copy(Cl, C[by * bM, bx * bN])
 
     return main
+
+
+@tilelang.jit(out_idx=[-1])
+def reverse_through_shared(N):
+    """Per-thread code: each thread writes one element of a shared tile, T.sync_threads, then reads its mirror."""
+
+    @T.prim_func
+    def main(X: T.Tensor((N,), "float32"), Y: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=N):
+            s = T.alloc_shared((N,), "float32")
+            tx = T.get_thread_binding()
+            s[tx] = X[tx]
+            T.sync_threads()
+            Y[tx] = s[N - 1 - tx]
+
+    return main
+
+
+@tilelang.jit(out_idx=[-1])
+def generic_reduce(M, N, kind):
+    """T.reduce(src, dst, kind, dim, clear) (TileLang's generic spelling)."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=128):
+            x = T.alloc_fragment((M, N), "float32")
+            y = T.alloc_fragment((M,), "float32")
+            T.copy(X, x)
+            T.reduce(x, y, kind, 1, True)
+            T.copy(y, Y)
+
+    return main

@@ -270,3 +270,11 @@ def test_fp16_accumulator_rounds_once_per_k_step(M, N, K, bM, bN, bK, tb):
     outside = ((c.float() - exact).abs() > 1e-2 + 1e-2 * exact.abs()).float().mean().item()
     assert outside < 0.01  # TileLang's tolerance for fp16 GEMMs (rounding every FMA: ~8% outside)
 
+
+
+@pytest.mark.parametrize("kind", ["sum", "max", "min", "abssum", "absmax"])
+def test_generic_reduce_spelling(kind):
+    x = torch.randn(8, 32)
+    ref = {"sum": x.sum(1), "max": x.amax(1), "min": x.amin(1), "abssum": x.abs().sum(1),
+           "absmax": x.abs().amax(1)}[kind]
+    torch.testing.assert_close(ops.generic_reduce(8, 32, kind)(x), ref, rtol=1e-5, atol=1e-5)

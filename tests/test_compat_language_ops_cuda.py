@@ -123,3 +123,11 @@ def test_unsupported_on_cuda_is_a_located_error(tmp_path, factory, args, message
         cuda_source(tmp_path, factory, *args, cubin=False)
     assert e.value.location is not None and e.value.location.file.endswith("compat_ops_kernels.py")
     assert "docs/compat.md" in str(e.value)
+
+
+@needs_nvcc
+def test_sync_threads_orders_per_thread_code(tmp_path):
+    """T.get_thread_binding + T.sync_threads: the emulator reports a shared-memory race if the barrier is missing."""
+    assert "__syncthreads" in cuda_source(tmp_path, ops.reverse_through_shared, 64)
+    x = torch.randn(64)
+    assert torch.equal(emulate(ops.reverse_through_shared, (64,), {}, [x])[0], x.flip(0))

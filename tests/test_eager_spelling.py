@@ -323,3 +323,49 @@ def test_eager_gemm_compiles_for_cuda_to_the_classic_kernel():
                                                                                   dtype="float16")
     assert kernel.get_kernel_source() == classic.get_kernel_source()
     assert "mma" in kernel.get_kernel_source()
+
+
+# -- the tools around a kernel --------------------------------------------------------------------------------------
+
+def test_trace_of_an_eager_function_compiles_it_by_sizes():
+    trace = tilelang.trace(matmul_eager, M=64, N=64, K=32, block_M=32, block_N=32, block_K=32)
+    assert trace.stages[0].origin == "input" and "tl.gemm" in trace.stages[0].text
+    assert "tl.gemm" not in trace.stages[-1].text  # lowered: the code generator sees no tile op
+
+
+def test_trace_command_line_builds_an_eager_function_from_keywords():
+    from tilelang_core.trace.cli import build_kernel
+
+    kernel = build_kernel(matmul_eager, dict(M=64, N=32, K=32, block_M=32, block_N=32, block_K=32), "cpu", None)
+    assert [p.shape for p in kernel.params] == [(64, 32), (32, 32), (64, 32)]
+
+
+@tilelang.jit
+def gemm_wrong_tiles(A, B):
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor((M, K), "float32")
+    B: T.Tensor((K, N), "float32")
+    C = T.empty((M, N), "float32")
+    with T.Kernel(1) as bx:
+        A_s = T.alloc_shared((32, 16), "float32")
+        B_s = T.alloc_shared((8, 32), "float32")
+        C_f = T.alloc_fragment((32, 32), "float32")
+        T.copy(A[bx, 0], A_s)
+        T.copy(B[0, 0], B_s)
+        T.gemm(A_s, B_s, C_f)  # DIAG:eager-repro
+        T.copy(C_f, C[0, 0])
+    return C
+
+
+def test_a_failed_eager_compile_saves_a_reproducer_that_fails_the_same_way(tmp_path):
+    import subprocess
+    import sys
+
+    with pytest.raises(TileLangCompileError) as info:
+        gemm_wrong_tiles(torch.randn(32, 16), torch.randn(16, 32))
+    assert info.value.location.line == marker_line("eager-repro")
+    script = tmp_path / "repro.py"
+    info.value.save_repro(script)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "TILELANG_CORE_CACHE_DIR": str(tmp_path / "cache")})
+    assert "T.gemm: incompatible tile shapes" in proc.stdout + proc.stderr

@@ -136,3 +136,10 @@ def test_fp16_accumulate_gemm_is_within_tilelangs_tolerance_and_agrees_with_the_
     cpu_out = cpu(ops.gemm_fp16_accumulate)(256, 256, 512, 128, 128, 32)(a, b)
     torch.testing.assert_close(out.float(), cpu_out.float(), rtol=4e-3, atol=4e-2)
 
+
+
+def test_sync_threads_and_generic_reduce():
+    x = torch.randn(256, device="cuda")
+    assert torch.equal(cuda(ops.reverse_through_shared)(256)(x), x.flip(0))
+    y = torch.randn(32, 128, device="cuda")
+    torch.testing.assert_close(cuda(ops.generic_reduce)(32, 128, "max")(y), y.amax(1))

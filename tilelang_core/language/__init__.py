@@ -46,10 +46,10 @@ from .math import (
     tanh,
 )
 from .misc import atomic_add, let, print, use_swizzle
-from .reduce import reduce_absmax, reduce_abssum, reduce_max, reduce_min, reduce_sum
+from .reduce import reduce, reduce_absmax, reduce_abssum, reduce_max, reduce_min, reduce_sum
 from .reducer import alloc_reducer, finalize_reducer
 from .scan import cummax, cumsum
-from .threads import get_thread_binding, get_thread_bindings
+from .threads import get_thread_binding, get_thread_bindings, sync_threads
 from .unsupported import UNSUPPORTED, refusal
 from .views import reshape, view
 
@@ -65,6 +65,7 @@ __all__ = [
     "alloc_global", "alloc_reducer", "finalize_reducer", "annotate_layout", "disable_warp_group_reg_alloc",
     "get_thread_binding", "get_thread_bindings", "reshape", "view", "transpose", "cumsum", "cummax", "clamp",
     "align_up", "all_of", "any_of", "let", "atomic_max", "atomic_min", "atomic_addx2", "atomic_addx4",
+    "sync_threads", "reduce",
     "const", "empty",
 ]
 

@@ -36,3 +36,11 @@ def thread_binding_dim(e: Any) -> int | None:
     if isinstance(e, tvm.ir.Call) and isinstance(e.op, tvm.ir.Op) and str(e.op.name) == THREAD_BINDING_OP:
         return int(e.args[0].value)
     return None
+
+
+def sync_threads() -> None:
+    """A barrier of the block's threads (``__syncthreads()`` on CUDA), for per-thread code written with
+    ``T.get_thread_binding``; tile ops get their barriers from the compiler. A no-op on the CPU (one thread)."""
+    from tvm.script import tirx as _T
+
+    _T.evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", tvm.ir.StringImm("shared")))

@@ -39,6 +39,8 @@ def trace(obj: Any, *args: Any, **kwargs: Any) -> Trace:
     ``@T.prim_func``."""
     if hasattr(obj, "trace") and hasattr(obj, "artifact"):
         return obj.trace
+    if getattr(obj, "eager", False):  # an eager @jit function: calling it runs the kernel; compile() gives it
+        return obj.compile(*args, **kwargs).trace
     if hasattr(obj, "get_program") and hasattr(obj, "factory"):
         return obj(*args, **kwargs).trace
     if type(obj).__name__ == "PrimFunc":

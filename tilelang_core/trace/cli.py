@@ -83,6 +83,14 @@ def build_kernel(obj: Any, kwargs: dict[str, Any], target: str, out_idx: Any) ->
     from tilelang_core.errors import TileLangCompileError
     from tilelang_core.jit import JITFactory
 
+    if getattr(obj, "eager", False):  # an eager @jit function (jit/eager.py): sizes are keywords, compile() builds
+        from tilelang_core.jit.eager import EagerJITFactory
+
+        if out_idx is not None:
+            raise SystemExit("error: --out-idx does not apply to an eager @jit function (its outputs are its T.empty)")
+        if target != "auto":
+            obj = EagerJITFactory(obj.factory, target, obj.options)
+        return obj.compile(**kwargs)
     if isinstance(obj, JITFactory):
         if target != "auto":
             obj = JITFactory(obj.factory, obj.out_idx if out_idx is None else out_idx, target, obj.options)

@@ -124,6 +124,8 @@ def build(tilelang_core, module):
         if PASS_CONFIGS and getattr(factory, "factory", None) is not None:
             factory = tilelang_core.jit(out_idx=factory.out_idx, target=factory.target,
                                         pass_configs=PASS_CONFIGS)(factory.factory)
+        if getattr(factory, "eager", False):  # an eager @jit function: compile() takes the sizes as keywords
+            return call(factory.compile, arguments)
         return call(factory, arguments)
     return tilelang_core.compile(call(factory, arguments), out_idx=OUT_IDX, target=TARGET,
                                  pass_configs=PASS_CONFIGS or None)

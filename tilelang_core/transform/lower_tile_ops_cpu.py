@@ -35,6 +35,12 @@ _HALF_ACCUMULATORS = ("float16", "bfloat16")
 K_STEP_HALF = 16  # products per rounding of a half accumulator: the k of an mma.sync m16n8k16 (TileLang's fp16 path)
 
 
+def _is_block_barrier(s: Any) -> bool:
+    v = s.value
+    return (isinstance(v, tvm.ir.Call) and isinstance(v.op, tvm.ir.Op)
+            and str(v.op.name) == "tirx.tvm_storage_sync")
+
+
 def _half_needs_simple(lanes: int, n: int) -> bool:
     """Whether the register-blocked kernel cannot take this N (no multiple of the SIMD width)."""
     return lanes <= 1 or not any(n % (v * lanes) == 0 for v in (4, 3, 2, 1))
@@ -76,6 +82,8 @@ class LowerTileOpsCPU(Rewriter):
     def visit_Evaluate(self, s: Any) -> Any:  # noqa: N802
         name = tile_op_name(s)
         if name is None:
+            if _is_block_barrier(s):  # T.sync_threads: a block is one thread here
+                return tirx.Evaluate(tirx.IntImm("int32", 0), span=s.span)
             return s
         lower = getattr(self, "_lower_" + name[3:], None)
         if lower is None:
