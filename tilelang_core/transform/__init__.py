@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..pass_config import PassConfigKey  # TileLang's spelling: tilelang.transform.PassConfigKey
+from .clamp_guarded_loops_cpu import clamp_guarded_loops_cpu
 from .fast_exp_cpu import fast_exp_cpu
 from .fp8_cast_cpu import fp8_cast_cpu
 from .localize_buffers_cpu import localize_buffers_cpu
@@ -25,6 +27,7 @@ def cpu_passes(vector_bytes: int) -> list[tuple[str, Any]]:
         ("tl.LowerTileOpsCPU", lambda f: lower_tile_ops_cpu(f, vector_bytes)),
         ("tl.SplitDivModCPU", split_div_mod_cpu),
         ("tl.LowerParallelCPU", lower_parallel_cpu),
+        ("tl.ClampGuardedLoopsCPU", clamp_guarded_loops_cpu),
         ("tl.SerializeSmallGridsCPU", serialize_small_grids_cpu),
         ("tl.LocalizeBuffersCPU", localize_buffers_cpu),
         ("tl.FastExpCPU", fast_exp_cpu),
@@ -65,4 +68,5 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
 
 __all__ = ["cpu_passes", "cuda_passes", "validate_tile_ops", "lower_kernel_grid_cpu", "lower_tile_ops_cpu",
            "lower_parallel_cpu", "split_div_mod_cpu",
-           "localize_buffers_cpu", "fast_exp_cpu", "fp8_cast_cpu", "serialize_small_grids_cpu"]
+           "localize_buffers_cpu", "fast_exp_cpu", "clamp_guarded_loops_cpu",
+           "fp8_cast_cpu", "PassConfigKey", "serialize_small_grids_cpu"]
