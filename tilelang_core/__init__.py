@@ -18,7 +18,62 @@ _LAZY = {
     "autotune": ("tilelang_core.autotune", None),  # likewise: @tilelang_core.autotune(configs=...)
     "machine": ("tilelang_core.machine", None),
     "PassConfigKey": ("tilelang_core.pass_config", "PassConfigKey"),
+    # TileLang's module-level API (docs/compat.md, "Modules and top-level API")
+    "profiler": ("tilelang_core.profiler", None),
+    "testing": ("tilelang_core.testing", None),
+    "autotuner": ("tilelang_core.autotuner", None),
+    "utils": ("tilelang_core.utils", None),
+    "layout": ("tilelang_core.layout", None),
+    "tvm": ("tilelang_core.tvm", None),
+    "math": ("tilelang_core.math", None),
+    "dtypes": ("tilelang_core.language.dtypes", None),
+    "DataType": ("tilelang_core.language.dtypes", "dtype"),
+    "TensorSupplyType": ("tilelang_core.utils.tensor", "TensorSupplyType"),
+    "deprecated": ("tilelang_core.utils", "deprecated"),
+    "Layout": ("tilelang_core.layout", "Layout"),
+    "Fragment": ("tilelang_core.layout", "Fragment"),
+    "cdiv": ("tilelang_core.math", "cdiv"),
+    "next_power_of_2": ("tilelang_core.math", "next_power_of_2"),
+    "par_compile": ("tilelang_core.parallel_compile", "par_compile"),
+    "disable_cache": ("tilelang_core.cache_control", "disable_cache"),
+    "enable_cache": ("tilelang_core.cache_control", "enable_cache"),
+    "is_cache_enabled": ("tilelang_core.cache_control", "is_cache_enabled"),
 }
+
+# TileLang top-level names with no counterpart here: the reason, raised as an AttributeError pointing to the docs.
+_COMPILER_INTERNALS = "a part of TileLang's own compiler with no counterpart in tilelang_core"
+UNSUPPORTED = {
+    "lower": "TileLang's lowering entry point; use tilelang_core.compile(prim_func) (kernel.trace shows every "
+             "stage) or factory.get_program(...) for the program as written",
+    "register_cuda_postproc": "hooks that rewrite generated CUDA source are not exposed (the source is in "
+                              "kernel.get_kernel_source(); compile flags go in compile_flags=)",
+    "register_hip_postproc": "there is no HIP/ROCm backend",
+    "register_c_postproc": "hooks that rewrite generated C source are not exposed",
+    "env": "TileLang's settings object; tilelang_core reads a few TILELANG_CORE_* variables (README) and takes "
+           "compiler options as pass_configs",
+    "build_date": "tilelang_core has no native build (see tilelang_core.__version__)",
+    "rocm": "there is no ROCm backend", "metal": "there is no Metal backend", "webgpu": "there is no WebGPU backend",
+    "cuda": "TileLang's CUDA intrinsics package is not ported; T.* tile ops compile for CUDA (target='cuda')",
+    "cpu": "TileLang's CPU backend package; our CPU backend is internal (target='cpu')",
+    "carver": "TileLang's template-based tuner (carver) is not ported; use tilelang_core.autotune",
+    "cache": "TileLang's cache package; use tilelang_core.cache_stats(), disable_cache() and enable_cache()",
+    **{n: _COMPILER_INTERNALS for n in ("analysis", "engine", "tools", "ir", "tileop", "contrib", "libinfo",
+                                        "autodd", "instrumentation")},
+}
+
+import logging as _logging  # noqa: E402  (light)
+
+logger = _logging.getLogger(__name__)
+
+
+def set_log_level(level: Any) -> None:
+    """Set the ``tilelang_core`` logger's level: a name (``"INFO"``, ``"debug"``) or a ``logging`` constant."""
+    if isinstance(level, str):
+        value = getattr(_logging, level.upper(), None)
+        if not isinstance(value, int):
+            raise ValueError(f"set_log_level: expected DEBUG, INFO, WARNING, ERROR or CRITICAL, got {level!r}")
+        level = value
+    logger.setLevel(level)
 
 from .errors import (  # noqa: E402  (light)
     TileLangCheckError,
@@ -32,7 +87,7 @@ from .errors import (  # noqa: E402  (light)
 from .jit import JITKernel, cache_stats, compile, jit, without_disk_cache  # noqa: E402,A004
 
 __all__ = ["__version__", "TileLangError", "TileLangCompileError", "TileLangCheckError", "TileLangRuntimeError",
-           "jit", "compile", "cache_stats", "without_disk_cache", "JITKernel", *_LAZY]
+           "jit", "compile", "cache_stats", "set_log_level", "logger", "without_disk_cache", "JITKernel", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:
@@ -44,4 +99,7 @@ def __getattr__(name: str) -> Any:
         value = mod if attr is None else getattr(mod, attr)
         globals()[name] = value
         return value
+    if name in UNSUPPORTED:
+        raise AttributeError(f"tilelang_core.{name} is not supported: {UNSUPPORTED[name]} (see docs/compat.md"
+                             "#modules-and-top-level-api)")
     raise AttributeError(f"module 'tilelang_core' has no attribute {name!r}")

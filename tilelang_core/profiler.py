@@ -3,6 +3,12 @@
 ``assert_allclose`` runs the kernel and a reference on fresh random inputs (never zeros: a kernel that writes
 nothing must fail) and compares every output. ``do_bench`` times calls and returns the median latency in
 milliseconds as a float that also carries the spread (p20/p80, min, number of runs).
+
+TileLang's spellings work too: ``kernel.get_profiler(tensor_supply_type=TensorSupplyType.Integer)`` draws inputs
+as TileLang does (:mod:`tilelang_core.utils.tensor`), ``assert_allclose(ref, input_tensors=..., atol=, rtol=,
+max_mismatched_ratio=0.01)`` allows that share of mismatched elements as TileLang's does, and the module-level
+:func:`do_bench` (``tilelang.profiler.do_bench(fn, warmup, rep, return_mode="mean", quantiles=...)``) times any
+callable.
 """
 
 from __future__ import annotations
@@ -16,18 +22,20 @@ from .runtime.call import torch_dtype
 
 
 class BenchResult(float):
-    """Median latency in ms (a float), with the spread of the runs."""
+    """Median latency in ms (a float), with the spread of the runs (``samples_ms``: every run, in order)."""
 
     median_ms: float
     p20_ms: float
     p80_ms: float
     min_ms: float
     runs: int
+    samples_ms: list[float]
 
     def __new__(cls, samples_ms: list[float]) -> BenchResult:
         s = sorted(samples_ms)
         med = statistics.median(s)
         obj = super().__new__(cls, med)
+        obj.samples_ms = list(samples_ms)
         obj.median_ms = med
         obj.p20_ms = s[int(0.2 * (len(s) - 1))]
         obj.p80_ms = s[int(0.8 * (len(s) - 1))]
@@ -61,14 +69,15 @@ def random_tensor(shape: tuple[int, ...], dtype: str, generator: Any = None, dev
 
 
 def bench(fn: Callable[[], Any], warmup: float = 25.0, rep: float = 100.0, min_runs: int = 10,
-          max_runs: int = 10_000) -> BenchResult:
-    """Time ``fn`` (CPU wall clock): ``warmup`` and ``rep`` are time budgets in ms, as in triton.do_bench."""
+          max_runs: int = 10_000, n_warmup: int = 0, n_repeat: int = 0) -> BenchResult:
+    """Time ``fn`` (CPU wall clock): ``warmup`` and ``rep`` are time budgets in ms, as in triton.do_bench;
+    ``n_warmup`` / ``n_repeat`` (when > 0) fix the numbers of calls instead."""
     t0 = time.perf_counter()
     fn()
     first = max((time.perf_counter() - t0) * 1e3, 1e-4)
-    for _ in range(max(1, int(warmup / first))):
+    for _ in range(n_warmup if n_warmup > 0 else max(1, int(warmup / first))):
         fn()
-    n = max(min_runs, min(max_runs, int(rep / first)))
+    n = n_repeat if n_repeat > 0 else max(min_runs, min(max_runs, int(rep / first)))
     samples = []
     for _ in range(n):
         t = time.perf_counter()
@@ -78,7 +87,7 @@ def bench(fn: Callable[[], Any], warmup: float = 25.0, rep: float = 100.0, min_r
 
 
 def bench_cuda(fn: Callable[[], Any], warmup: float = 25.0, rep: float = 100.0, min_runs: int = 10,
-               max_runs: int = 10_000) -> BenchResult:
+               max_runs: int = 10_000, n_warmup: int = 0, n_repeat: int = 0) -> BenchResult:
     """Time ``fn`` on the GPU with CUDA events (one pair per run, after warm-up); budgets in ms as in :func:`bench`."""
     import torch
 
@@ -91,9 +100,9 @@ def bench_cuda(fn: Callable[[], Any], warmup: float = 25.0, rep: float = 100.0, 
     end.record()
     torch.cuda.synchronize()
     first = max(start.elapsed_time(end) / 5, 1e-4)
-    for _ in range(max(1, int(warmup / first))):
+    for _ in range(n_warmup if n_warmup > 0 else max(1, int(warmup / first))):
         fn()
-    n = max(min_runs, min(max_runs, int(rep / first)))
+    n = n_repeat if n_repeat > 0 else max(min_runs, min(max_runs, int(rep / first)))
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
     for a, b in events:
         a.record()
@@ -113,12 +122,60 @@ def timer_for(device: str) -> Callable[..., BenchResult]:
     return bench_cuda if str(device).split(":")[0] == "cuda" else bench
 
 
-class Profiler:
-    """Checks and times one compiled kernel (``kernel.get_profiler()``)."""
+_RETURN_MODES = ("min", "max", "mean", "median")
 
-    def __init__(self, kernel: Any, tensor_supply: str = "randn", seed: int = 0):
-        if tensor_supply not in ("randn", "random"):
-            raise ValueError(f"tensor_supply: expected 'randn', got {tensor_supply!r}")
+
+def aggregate(result: BenchResult, return_mode: str = "mean", quantiles: list[float] | None = None) -> Any:
+    """TileLang's summary of timed runs: the ``quantiles`` (a list, each in [0, 1]) when given, else the ``min``,
+    ``max``, ``mean`` or ``median`` in ms."""
+    import torch
+
+    t = torch.tensor(result.samples_ms, dtype=torch.float64)
+    if quantiles is not None:
+        q = [float(x) for x in quantiles]
+        if any(not 0.0 <= x <= 1.0 for x in q):
+            raise ValueError(f"quantiles: expected values in [0, 1], got {quantiles!r}")
+        values = torch.quantile(t, torch.tensor(q, dtype=torch.float64)).tolist()
+        return values[0] if len(values) == 1 else values
+    if return_mode not in _RETURN_MODES:
+        raise ValueError(f"return_mode: expected one of {', '.join(map(repr, _RETURN_MODES))}, got {return_mode!r}")
+    return float(getattr(torch, return_mode)(t)) if return_mode != "median" else float(result.median_ms)
+
+
+def do_bench(fn: Callable[[], Any], warmup: float = 25, rep: float = 100, _n_warmup: int = 0, _n_repeat: int = 0,
+             quantiles: list[float] | None = None, fast_flush: bool = True, backend: str = "event",
+             return_mode: str = "mean", device: Any = None, **_ignored: Any) -> Any:
+    """TileLang's ``tilelang.profiler.do_bench``: time ``fn()`` and return the ``return_mode`` of the runs in ms
+    (default the mean, as TileLang), or the ``quantiles``. ``warmup``/``rep`` are time budgets in ms,
+    ``_n_warmup``/``_n_repeat`` fixed counts. CUDA events when ``device`` is a CUDA device, or when it is None and
+    a GPU is visible; the wall clock otherwise. ``fast_flush``/``backend`` (L2 flushing, CUPTI) are accepted and
+    not used: runs are timed back to back."""
+    if backend not in ("event", "cupti", "cudagraph"):
+        raise ValueError(f"backend: expected 'event', 'cupti' or 'cudagraph', got {backend!r}")
+    if return_mode not in _RETURN_MODES:
+        raise ValueError(f"return_mode: expected one of {', '.join(map(repr, _RETURN_MODES))}, got {return_mode!r}")
+    if device is None:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = "cuda" if str(device).split(":")[0] == "cuda" or isinstance(device, int) else "cpu"
+    timer = bench_cuda if dev == "cuda" else bench
+    result = timer(fn, warmup=warmup, rep=rep, n_warmup=_n_warmup, n_repeat=_n_repeat)
+    return aggregate(result, return_mode, quantiles)
+
+
+class Profiler:
+    """Checks and times one compiled kernel (``kernel.get_profiler()``).
+
+    ``tensor_supply``: ``"randn"`` (the default: normal floats, full-range bytes, small integers; never zeros) or
+    one of TileLang's :class:`~tilelang_core.utils.TensorSupplyType` (a member or its name)."""
+
+    def __init__(self, kernel: Any, tensor_supply: Any = "randn", seed: int = 0):
+        self.supply_type = None
+        if not (isinstance(tensor_supply, str) and tensor_supply in ("randn", "random")):
+            from .utils.tensor import supply_type
+
+            self.supply_type = supply_type(tensor_supply)
         self.kernel = kernel
         self.seed = seed
         self._inputs: list[Any] | None = None
@@ -141,6 +198,11 @@ class Profiler:
     def make_inputs(self) -> list[Any]:
         """Fresh random tensors for the kernel's inputs."""
         g = self._gen()
+        if self.supply_type is not None:
+            from .utils.tensor import make_tensor
+
+            return [make_tensor(self.kernel.params[i].shape, self.kernel.params[i].dtype, self.supply_type, g,
+                                self.device) for i in self.kernel.in_idx]
         return [random_tensor(self.kernel.params[i].shape, self.kernel.params[i].dtype, g, self.device)
                 for i in self.kernel.in_idx]
 
@@ -150,11 +212,23 @@ class Profiler:
         return self._inputs
 
     def assert_allclose(self, reference: Callable[..., Any], rtol: float = 1e-2, atol: float = 1e-2,
-                        inputs: list[Any] | None = None) -> None:
+                        inputs: list[Any] | None = None, *, input_tensors: list[Any] | None = None,
+                        max_mismatched_ratio: float = 0.01) -> None:
         """Run kernel and ``reference`` on the same random inputs; on a mismatch raise a ``TileLangCheckError`` (an
-        AssertionError) naming the output, with a report for ``err.save_repro(path)``."""
+        AssertionError) naming the output, with a report for ``err.save_repro(path)``.
+
+        TileLang's semantics: up to ``max_mismatched_ratio`` of each output's elements (rounded down; default 1%)
+        may lie outside ``atol + rtol * |ref|`` (NaN matches NaN there, as in TileLang); pass 0 to require every
+        element (``torch.testing.assert_close``, where any NaN fails). ``input_tensors`` is TileLang's name for
+        ``inputs``."""
         import torch
 
+        if input_tensors is not None:
+            if inputs is not None:
+                raise TypeError("assert_allclose: pass inputs or input_tensors, not both")
+            inputs = list(input_tensors)
+        if not 0.0 <= float(max_mismatched_ratio) <= 1.0:
+            raise ValueError(f"max_mismatched_ratio: expected a fraction in [0, 1], got {max_mismatched_ratio!r}")
         seed = self.seed
         ins = inputs if inputs is not None else self.make_inputs()
         outs = self.kernel(*ins)
@@ -166,7 +240,14 @@ class Profiler:
         for i, (o, r) in zip(self.kernel.out_idx, zip(outs, refs)):
             r = torch.as_tensor(r).to(o.dtype)
             try:
-                torch.testing.assert_close(o, r, rtol=rtol, atol=atol, equal_nan=False)
+                if max_mismatched_ratio > 0:
+                    from .utils.tensor import torch_assert_close
+
+                    torch_assert_close(o, r.to(o.device), rtol=rtol, atol=atol,
+                                       max_mismatched_ratio=max_mismatched_ratio, base_name="kernel",
+                                       ref_name="reference")
+                else:
+                    torch.testing.assert_close(o, r, rtol=rtol, atol=atol, equal_nan=False)
             except AssertionError as e:
                 name = self.kernel.params[i].name
                 from .trace.report import check_failure
@@ -194,8 +275,17 @@ class Profiler:
         return {"max_abs": abs_err, "max_rel": rel_err}
 
     def do_bench(self, func: Callable[..., Any] | None = None, warmup: float = 25.0, rep: float = 100.0,
-                 inputs: list[Any] | None = None, **_compat: Any) -> BenchResult:
-        """Median latency (ms) of the kernel, or of ``func`` on the same inputs (e.g. a torch reference)."""
-        ins = inputs if inputs is not None else self.inputs()
+                 inputs: list[Any] | None = None, *, n_warmup: int = 0, n_repeat: int = 0,
+                 input_tensors: list[Any] | None = None, return_mode: str | None = None,
+                 quantiles: list[float] | None = None, **_compat: Any) -> Any:
+        """Median latency (ms) of the kernel, or of ``func`` on the same inputs (e.g. a torch reference), as a
+        :class:`BenchResult`. TileLang's arguments: ``n_warmup``/``n_repeat`` fix the numbers of calls,
+        ``input_tensors`` names the inputs, ``return_mode`` (``"mean"``, ``"median"``, ``"min"``, ``"max"``) or
+        ``quantiles`` return that plain float (or list) instead."""
+        ins = inputs if inputs is not None else (list(input_tensors) if input_tensors is not None
+                                                 else self.inputs())
         f = func if func is not None else self.kernel
-        return self.timer(lambda: f(*ins), warmup=warmup, rep=rep)
+        result = self.timer(lambda: f(*ins), warmup=warmup, rep=rep, n_warmup=n_warmup, n_repeat=n_repeat)
+        if return_mode is None and quantiles is None:
+            return result
+        return aggregate(result, return_mode or "mean", quantiles)

@@ -39,7 +39,9 @@ class _CallableModule(types.ModuleType):
     """Lets ``tilelang_core.autotune(configs=...)`` decorate while ``tilelang_core.autotune`` stays a package."""
 
     def __call__(self, func: Any = None, **kwargs: Any) -> Any:
-        return autotune(func, **kwargs)
+        from ..autotuner import autotune as tilelang_autotune  # TileLang's options, over ours
+
+        return tilelang_autotune(func, **kwargs)
 
 
 sys.modules[__name__].__class__ = _CallableModule

@@ -113,7 +113,7 @@ def tune(factory: Any, configs: Any, *, args: dict[str, Any] | None = None, ref:
          rtol: float | None = None, atol: float | None = None, out_idx: Any = None, target: Any = None,
          workers: int | None = None, db: Any = True, name: str | None = None, progress: bool = True,
          warmup: float = 25.0, rep: float = 100.0, on_result: Callable[[Measurement], None] | None = None,
-         should_stop: Callable[[], bool] | None = None) -> TuneResult:
+         should_stop: Callable[[], bool] | None = None, inputs: Any = None) -> TuneResult:
     """Try every configuration of ``factory`` at the problem ``args`` and return the measurements.
 
     ``configs``: a list of dicts, a grid ``{"block_M": [64, 128], ...}``, or a space string
@@ -121,6 +121,8 @@ def tune(factory: Any, configs: Any, *, args: dict[str, Any] | None = None, ref:
     ``rtol``/``atol`` (default by output dtype). ``workers``: compile processes (default: one per core; 0 compiles
     here). ``db``: record in the tuning database (True: the default one; a path or :class:`TuningDB`; False: not).
     ``on_result(m)`` sees each measurement as it is recorded; ``should_stop()`` ends the sweep early.
+    ``inputs``: the kernel's input tensors to check and time on (a list, or a function of the compiled kernel
+    returning one; TileLang's ``set_autotune_inputs``); default: the profiler's seeded random inputs.
     """
     t_start = time.perf_counter()
     cfgs = as_configs(configs)
@@ -176,7 +178,7 @@ def tune(factory: Any, configs: Any, *, args: dict[str, Any] | None = None, ref:
             else:
                 m.config = {**m.config, **kernel.config} if kernel.config else m.config
                 try:
-                    ins, ref_outs, ref_ms = _problem(problems, kernel, ref, warmup, rep)
+                    ins, ref_outs, ref_ms = _problem(problems, kernel, ref, warmup, rep, inputs)
                     measure(kernel, m, inputs=ins, ref_outputs=ref_outs, rtol=rtol, atol=atol, warmup=warmup,
                             rep=rep, should_stop=should_stop)
                     m.ref_ms = ref_ms
@@ -199,11 +201,17 @@ def tune(factory: Any, configs: Any, *, args: dict[str, Any] | None = None, ref:
 
 
 def _problem(cache: dict[str, Any], kernel: Any, ref: Callable[..., Any] | None, warmup: float,
-             rep: float) -> tuple[list[Any], tuple[Any, ...] | None, float | None]:
+             rep: float, inputs: Any = None) -> tuple[list[Any], tuple[Any, ...] | None, float | None]:
     """Inputs, reference outputs and reference latency for the kernel's parameter shapes (computed once each)."""
     key = repr([(p.shape, p.dtype) for p in kernel.params])
     if key not in cache:
-        ins = inputs_for(kernel)
+        if inputs is None:
+            ins = inputs_for(kernel)
+        else:
+            ins = list(inputs(kernel) if callable(inputs) else inputs)
+            if len(ins) != len(kernel.in_idx):
+                raise ValueError(f"inputs: the kernel takes {len(kernel.in_idx)} input tensor(s), "
+                                 f"{len(ins)} given")
         ref_outs = as_tuple(ref(*ins)) if ref is not None else None
         ref_ms = float(kernel.get_profiler().do_bench(ref, inputs=ins, warmup=warmup, rep=rep)) if ref else None
         cache[key] = (ins, ref_outs, ref_ms)

@@ -127,10 +127,12 @@ class JITKernel:
                                       config=self.config, pass_configs=self.pass_configs)
             return self._trace
 
-    def get_profiler(self, tensor_supply: str = "randn") -> Any:
+    def get_profiler(self, tensor_supply: Any = "randn", tensor_supply_type: Any = None) -> Any:
+        """A :class:`~tilelang_core.profiler.Profiler`; ``tensor_supply_type`` (TileLang's name) takes a
+        :class:`~tilelang_core.utils.TensorSupplyType`."""
         from ..profiler import Profiler
 
-        return Profiler(self, tensor_supply=tensor_supply)
+        return Profiler(self, tensor_supply=tensor_supply if tensor_supply_type is None else tensor_supply_type)
 
     def export(self, path: Any, *, source: str | None = None, reference: str | None = None) -> Any:
         """Write this kernel as a standalone Python module (see :func:`tilelang_core.export.export_kernel`);

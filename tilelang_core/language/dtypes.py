@@ -161,6 +161,13 @@ def _dtype_table() -> dict[str, dtype]:
 DTYPES: dict[str, dtype] = _dtype_table()
 
 
+def __getattr__(name: str) -> Any:
+    """``tilelang_core.dtypes.float16`` (TileLang's ``tilelang.dtypes``) is ``T.float16``."""
+    if name in DTYPES:
+        return DTYPES[name]
+    raise AttributeError(f"module 'tilelang_core.language.dtypes' has no attribute {name!r}")
+
+
 def is_float8(value: Any) -> bool:
     """Whether ``value`` (a dtype name or object, or a torch dtype) is one of the 8-bit float dtypes."""
     return _dtype_name(value).startswith("float8")
