@@ -28,11 +28,19 @@ class CudaSource:
 
     source: str
     kernel: str
-    arg_names: list[str]  # buffer names, in kernel parameter order
-    grid: list[int]
+    arg_names: list[str]  # buffer, scalar-parameter or symbolic-size names, in kernel parameter order
+    grid: list[int | str]  # a symbolic extent as TVM prints it ("(m + 127) // 128"), evaluated per launch
     block: list[int]
     dyn_smem: int
     timings: dict[str, float] = field(default_factory=dict)
+    arg_dtypes: list[str] = field(default_factory=list)  # "handle" for a tensor's pointer, else the scalar's dtype
+
+
+def _int_or_str(g: Any) -> int | str:
+    try:
+        return int(g)
+    except TypeError:
+        return str(g)
 
 
 def lower(func: Any, record: Any = None, arch: str = "sm_90", options: Any = None) -> Any:
@@ -95,10 +103,16 @@ def generate(mod: Any, arch: str = "sm_90", instruments: list[Any] | None = None
 
     func = mod["main"]
     launch = func.attrs[ATTR_LAUNCH]
-    grid = [int(g) for g in launch["grid"]]
+    grid = [_int_or_str(g) for g in launch["grid"]]
     threads = int(launch["threads"])
     smem = int(func.attrs[ATTR_SMEM]) if ATTR_SMEM in func.attrs else 0
-    names = {buf.name for buf in func.params}
+    names = {buf.name for buf in func.params if tirx_is_buffer(buf)}
+    views = _param_views(func)  # T.Tensor(shape, dtype, A.data): the kernel gets A's pointer for the view
+    scalars = {p.name for p in func.params if not tirx_is_buffer(p)}
+    for p in func.params:  # symbolic sizes of the tensors' shapes reach the kernel as scalars too
+        if tirx_is_buffer(p):
+            for d in p.shape:
+                scalars.update(v.name for v in tvm.tirx.analysis.undefined_vars(d))
     t0 = time.perf_counter()
     target = tvm.target.Target({"kind": "cuda", "arch": arch})
     host = tvm.target.Target("llvm") if tvm.runtime.enabled("llvm") else tvm.target.Target("c")
@@ -124,14 +138,23 @@ def generate(mod: Any, arch: str = "sm_90", instruments: list[Any] | None = None
     if len(kernels) != 1:
         raise TileLangCompileError(f"expected one CUDA kernel, TVM produced {len(kernels)}", stage="codegen")
     kname, kfunc = kernels[0]
-    arg_names = []
+    arg_names, arg_dtypes = [], []
     for p in kfunc.params:
         pname = p.name
         base = pname[:-4] if pname.endswith("_ptr") else pname
-        if base not in names:
-            raise TileLangCompileError(f"the CUDA kernel takes a parameter {pname!r} that is not a tensor of the "
-                                       "program (dynamic shapes are not supported on CUDA)", stage="codegen")
-        arg_names.append(base)
+        pdt = getattr(getattr(p, "ty", None), "dtype", None)  # a pointer's type has none
+        dt = "handle" if pdt is None or str(pdt) == "handle" else str(pdt)
+        if base in views and dt == "handle":
+            base = views[base]
+        if base in names and dt == "handle":
+            arg_names.append(base)
+            arg_dtypes.append("handle")
+        elif pname in scalars:
+            arg_names.append(pname)
+            arg_dtypes.append(dt)
+        else:
+            raise TileLangCompileError(f"the CUDA kernel takes a parameter {pname!r} that is neither a tensor, a "
+                                       "scalar parameter nor a symbolic size of the program", stage="codegen")
     # TVM hands the source to the (overridden) compile callback where a driver is present, else keeps it as is
     source = HEADER + (captured.sources[-1] if captured.called else rt.inspect_source(""))
     source = _wgmma_source(source)
@@ -145,4 +168,31 @@ def generate(mod: Any, arch: str = "sm_90", instruments: list[Any] | None = None
         dims = ", ".join(str(int(c)) for c in cluster)
         source = re.sub(r"__global__\s+void\s+", f"__global__ void __cluster_dims__({dims}) ", source)
     return CudaSource(source=source, kernel=kname, arg_names=arg_names, grid=grid, block=[threads, 1, 1],
-                      dyn_smem=smem, timings={"codegen": t1 - t0})
+                      dyn_smem=smem, timings={"codegen": t1 - t0}, arg_dtypes=arg_dtypes)
+
+
+def _param_views(func: Any) -> dict[str, str]:
+    """Buffers declared over a tensor parameter's data (views: ``T.Tensor(shape, dtype, A.data)``) -> its name."""
+    import tvm
+    import tvm_ffi
+    from tvm import tirx
+
+    params = [p for p in func.params if tirx_is_buffer(p)]
+    out: dict[str, str] = {}
+
+    def visit(s: Any) -> Any:
+        data = s.data  # the pointer the view was declared over (A.data: buffer_data(A))
+        for p in params:
+            if isinstance(data, tvm.ir.Call) and len(data.args) == 1 and data.args[0].same_as(p) and \
+                    not s.buffer.same_as(p):
+                out[s.buffer.name] = p.name
+        return s
+
+    tvm_ffi.structural_map(func.body, [(tirx.DeclBuffer, visit)])
+    return out
+
+
+def tirx_is_buffer(p: Any) -> bool:
+    from tvm import tirx
+
+    return bool(tirx.is_buffer_var(p))
