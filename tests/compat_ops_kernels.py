@@ -359,3 +359,18 @@ def generic_reduce(M, N, kind):
             T.copy(y, Y)
 
     return main
+
+
+@tilelang.jit(out_idx=[-1])
+def reshape_param(M, N):
+    """Y (N, M) = X (M, N) read through T.reshape of the parameter itself."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((N, M), "float32")):
+        with T.Kernel(1, threads=128):
+            r = T.reshape(X, (N, M))
+            s = T.alloc_shared((N, M), "float32")
+            T.copy(r, s)
+            T.copy(s, Y)
+
+    return main

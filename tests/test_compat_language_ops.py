@@ -77,6 +77,7 @@ def test_reshape_and_view_share_the_tile_memory():
     torch.testing.assert_close(ops.reshape_shared(4, 8)(x), x.reshape(8, 4))
     v = torch.randn(64)
     torch.testing.assert_close(ops.view_bits(64)(v), v.view(torch.int32))
+    torch.testing.assert_close(ops.reshape_param(4, 8)(x), x.reshape(8, 4))
 
 
 def test_reshape_with_a_different_size_is_a_located_error():

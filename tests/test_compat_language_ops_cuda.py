@@ -46,6 +46,7 @@ COMPILED = [
     ("let", ops.let_offset, (8, 64, 16, 2), "main_kernel"),
     ("any_all_of", ops.any_all_rows, (16, 8), "||"),
     ("transpose", ops.transpose_shared, (16, 32), "main_kernel"),
+    ("reshape_global", ops.reshape_param, (16, 32), "main_kernel"),
     ("hints", ops.copy_with_hints, (16, 32), "main_kernel"),
     ("atomic_max_min_f32", ops.column_max_min, (16, 32), "tl::atomic_max"),
     ("atomic_max_min_f16", ops.column_max_min, (16, 32, "float16"), "tl::atomic_min"),

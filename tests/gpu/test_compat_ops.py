@@ -48,6 +48,7 @@ def test_let_any_all_transpose_hints():
     t = torch.randn(32, 64, device="cuda")
     assert_written_and_close(cuda(ops.transpose_shared)(32, 64)(t), t.t(), 0, 0)
     assert_written_and_close(cuda(ops.copy_with_hints)(32, 64)(t), t, 0, 0)
+    assert_written_and_close(cuda(ops.reshape_param)(32, 64)(t), t.reshape(64, 32), 0, 0)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32"])
