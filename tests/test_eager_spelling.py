@@ -369,3 +369,62 @@ def test_a_failed_eager_compile_saves_a_reproducer_that_fails_the_same_way(tmp_p
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
                           env={**__import__("os").environ, "TILELANG_CORE_CACHE_DIR": str(tmp_path / "cache")})
     assert "T.gemm: incompatible tile shapes" in proc.stdout + proc.stderr
+
+
+def with_body_options(X, decorator_wins=False):
+    N = T.const("N")
+    T.annotate_pass_configs({"tl.disable_vectorize_256": True, "tl.cuda.wgmma": False})
+    X: T.Tensor((N,), "float32")
+    Y = T.empty((N,), "float32")
+    with T.Kernel(1) as bx:
+        for i in T.Parallel(N):
+            Y[i] = X[i] + bx
+    return Y
+
+
+def with_body_flags(X):
+    N = T.const("N")
+    X: T.Tensor((N,), "float32")
+    Y = T.empty((N,), "float32")
+    T.annotate_compile_flags("-lineinfo")  # DIAG:eager-flags
+    with T.Kernel(1) as bx:
+        for i in T.Parallel(N):
+            Y[i] = X[i] + bx
+    return Y
+
+
+def bad_body_option(X):
+    N = T.const("N")
+    T.annotate_pass_configs({"tl.no_such_option": 1})  # DIAG:eager-option
+    X: T.Tensor((N,), "float32")
+    with T.Kernel(1) as bx:
+        X[bx] = 0.0
+
+
+def test_pass_configs_from_the_body_yield_to_the_decorators():
+    x = torch.randn(16)
+    plain = tilelang.jit(target="cpu")(with_body_options)
+    torch.testing.assert_close(plain(x), x)
+    kernel = plain.compile(x)
+    assert kernel.pass_configs.explicit() == {"tl.disable_vectorize_256": True, "tl.cuda.wgmma": False}
+    over = tilelang.jit(target="cpu", pass_configs={"tl.cuda.wgmma": True})(with_body_options).compile(x)
+    assert over.pass_configs.as_dict()["tl.cuda.wgmma"] is True
+    assert over.pass_configs.as_dict()["tl.disable_vectorize_256"] is True
+
+
+def test_a_bad_pass_config_in_the_body_is_reported_at_its_line():
+    with pytest.raises(TileLangCompileError) as info:
+        tilelang.jit(target="cpu")(bad_body_option)(torch.randn(4))
+    assert "tl.no_such_option" in str(info.value) and info.value.location.line == marker_line("eager-option")
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found: the CUDA compile tests need the CUDA toolkit")
+def test_compile_flags_from_the_body_reach_nvcc():
+    kernel = tilelang.jit(target="cuda")(with_body_flags).compile(N=64)
+    assert "-lineinfo" in kernel.artifact.extra["cuda"]["nvcc_command"]
+
+
+def test_compile_flags_from_the_body_on_the_cpu_are_refused_at_their_line():
+    with pytest.raises(TileLangCompileError) as info:
+        tilelang.jit(target="cpu")(with_body_flags)(torch.randn(4))
+    assert "nvcc/NVRTC flags" in str(info.value) and info.value.location.line == marker_line("eager-flags")

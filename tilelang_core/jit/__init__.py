@@ -416,7 +416,7 @@ def jit(func: Callable[..., Any] | None = None, *, out_idx: Any = None, target: 
             if out_idx is not None:
                 raise ValueError(f"{f.__name__}: out_idx is not used by an eager @jit function (one without an inner "
                                  "@T.prim_func): its outputs are the tensors it declares with T.empty")
-            return EagerJITFactory(f, target, opts)
+            return EagerJITFactory(f, target, opts, decorator_pass_configs=pass_configs)
         return JITFactory(f, out_idx, target, opts)
 
     return wrap(func) if func is not None else wrap

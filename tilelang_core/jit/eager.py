@@ -53,6 +53,7 @@ from ..errors import SourceLocation, TileLangCompileError, TileLangError
 from . import cache
 
 _DECL_CALLS = ("const", "empty", "dynamic", "symbolic")
+_OPTION_CALLS = ("annotate_pass_configs", "annotate_compile_flags")  # statements of the declarations too
 _ANN = "__tl_eager_annotation__"
 _OUT = "__tl_eager_output__"
 _PRIM_FUNC = "__tl_eager_prim_func__"
@@ -228,7 +229,11 @@ def _is_declaration(stmt: ast.stmt, params: set[str]) -> bool:
         return True
     if isinstance(stmt, ast.Assign):
         return _call_name(stmt.value) in _DECL_CALLS
-    return False
+    return _is_option_call(stmt)
+
+
+def _is_option_call(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Expr) and _call_name(stmt.value) in _OPTION_CALLS
 
 
 def _split(func: Callable[..., Any]) -> _Split:
@@ -260,7 +265,8 @@ def _split(func: Callable[..., Any]) -> _Split:
                                         "one `return` at the end of its body")
     last = max((i for i, s in enumerate(body) if _is_declaration(s, pset)), default=-1)
     split.declarations, rest = body[:last + 1], body[last + 1:]
-    n_host = next((i for i, s in enumerate(rest) if not isinstance(s, _HOST_STMTS)), len(rest))
+    n_host = next((i for i, s in enumerate(rest) if not (isinstance(s, _HOST_STMTS) or _is_option_call(s))),
+                  len(rest))
     split.host_tail, split.kernel_body = rest[:n_host], rest[n_host:]
     for stmt in split.declarations:
         if isinstance(stmt, (ast.With, ast.AsyncWith)) or _is_kernel_stmt(stmt):
@@ -321,7 +327,7 @@ _HOST_STMTS = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.FunctionDef, ast.Cl
 
 def _is_kernel_stmt(stmt: ast.stmt) -> bool:
     return isinstance(stmt, (ast.For, ast.While)) or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
-                                                       and _call_name(stmt.value) not in _DECL_CALLS)
+                                                       and _call_name(stmt.value) not in _DECL_CALLS + _OPTION_CALLS)
 
 
 def _absolute(node: ast.AST, src: Any) -> ast.AST:
@@ -345,6 +351,8 @@ class _Declared:
     outputs: list[tuple[str, Any]]
     namespace: dict[str, Any]
     consts: dict[str, Any]
+    pass_configs: dict[str, Any] | None = None
+    compile_flags: list[str] | None = None
 
 
 class _Declarations:
@@ -433,7 +441,7 @@ class _Declarations:
         finally:
             EAGER_BUILD.current = prev
         return _Declared(annotations, [(n, outputs[n]) for n, _ in self.split.outputs], {**g, **local},
-                         dict(ctx.declared))
+                         dict(ctx.declared), ctx.pass_configs, ctx.compile_flags)
 
 
 # -- the factory ---------------------------------------------------------------------------------------------------
@@ -452,8 +460,10 @@ class EagerJITFactory:
 
     eager = True
 
-    def __init__(self, factory: Callable[..., Any], target: Any, options: Any):
+    def __init__(self, factory: Callable[..., Any], target: Any, options: Any,
+                 decorator_pass_configs: dict[str, Any] | None = None):
         self.factory = factory
+        self._decorator_pass_configs = dict(decorator_pass_configs or {})  # as given: these win over the body's
         self.out_idx = None
         self.target = target
         self.options = options
@@ -571,9 +581,12 @@ class EagerJITFactory:
 
     # programs and kernels -----------------------------------------------------------------------------------
     def _program(self, ct: dict[str, Any], values: dict[str, int]) -> Any:
+        return self._build(ct, values)[0]
+
+    def _build(self, ct: dict[str, Any], values: dict[str, int]) -> tuple[Any, _Declared]:
         config = dict(ct, **values)
         decl = self._run(dict(ct, **{p: None for p in self._split.runtime_params}), values, config)
-        return _parse_kernel(self, decl, config)
+        return _parse_kernel(self, decl, config), decl
 
     def _resolve(self, args: tuple, kwargs: dict) -> tuple[dict, dict, dict[str, int]]:
         rt, ct, extra = self._bind(args, kwargs)
@@ -602,11 +615,11 @@ class EagerJITFactory:
         if mkey is not None and mkey in self._memory:
             cache.STATS.memory_hits += 1
             return self._memory[mkey]
-        func = self._program(ct, values)
+        func, decl = self._build(ct, values)
         n_in = len(self._split.runtime_params)
         outs = list(range(n_in, n_in + len(self._split.outputs)))
-        opts = dataclasses.replace(self.options, out_idx=outs or None)
         config = dict(ct, **values)
+        opts = self._options(decl, config, outs)
         try:
             kernel = _compile(func, self.target, opts, name=self.factory.__name__, config=config)
         except TileLangCompileError as e:
@@ -616,6 +629,38 @@ class EagerJITFactory:
         if mkey is not None:
             self._memory[mkey] = kernel
         return kernel
+
+    def _options(self, decl: _Declared, config: dict[str, Any], outs: list[int]) -> Any:
+        """The decorator's options, with the body's ``T.annotate_pass_configs`` under the decorator's own
+        ``pass_configs`` (which win, as in TileLang) and its ``T.annotate_compile_flags`` after the decorator's."""
+        from ..pass_config import resolve as resolve_pass_configs
+
+        opts = dataclasses.replace(self.options, out_idx=outs or None)
+        if decl.pass_configs is not None:
+            try:
+                merged = resolve_pass_configs({**decl.pass_configs, **self._decorator_pass_configs})
+            except (TypeError, ValueError) as e:
+                site = next((s for s in self._split.declarations + self._split.host_tail
+                             if isinstance(s, ast.Expr) and _call_name(s.value) == "annotate_pass_configs"),
+                            self._split.fdef)
+                err = self._split.error(site, f"T.annotate_pass_configs: {e}")
+                self._describe(err, config)
+                raise err from None
+            opts = dataclasses.replace(opts, pass_configs=merged)
+        if decl.compile_flags:
+            from ..target import resolve_target
+
+            if resolve_target(self.target) != "cuda":
+                site = next((s for s in self._split.declarations + self._split.host_tail
+                             if isinstance(s, ast.Expr) and _call_name(s.value) == "annotate_compile_flags"),
+                            self._split.fdef)
+                err = self._split.error(site, f"T.annotate_compile_flags({decl.compile_flags!r}): these are "
+                                              "nvcc/NVRTC flags, and this kernel compiles for the CPU (LLVM, "
+                                              "in-process), where no compiler flags apply")
+                self._describe(err, config)
+                raise err
+            opts = dataclasses.replace(opts, compile_flags=(*opts.compile_flags, *decl.compile_flags))
+        return opts
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         rt, ct, values = self._resolve(args, kwargs)

@@ -17,7 +17,7 @@ from .alloc import alloc_fragment, alloc_global, alloc_local, alloc_shared, allo
 from .atomic import atomic_addx2, atomic_addx4, atomic_max, atomic_min
 from .copy import clear, copy, fill, transpose
 from .dtypes import SUPPORTED_DTYPES, Buffer, Tensor
-from .eager import const, empty
+from .eager import annotate_compile_flags, annotate_pass_configs, const, empty
 from .gemm import GemmWarpPolicy, gemm
 from .hints import annotate_layout, disable_warp_group_reg_alloc
 from .kernel import Kernel
@@ -66,7 +66,7 @@ __all__ = [
     "get_thread_binding", "get_thread_bindings", "reshape", "view", "transpose", "cumsum", "cummax", "clamp",
     "align_up", "all_of", "any_of", "let", "atomic_max", "atomic_min", "atomic_addx2", "atomic_addx4",
     "sync_threads", "reduce",
-    "const", "empty",
+    "const", "empty", "annotate_pass_configs", "annotate_compile_flags",
 ]
 
 

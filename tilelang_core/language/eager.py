@@ -1,10 +1,13 @@
-"""The names of TileLang's *eager* spelling: ``T.const`` and ``T.empty``.
+"""The names of TileLang's *eager* spelling: ``T.const``, ``T.empty``, ``T.annotate_pass_configs``,
+``T.annotate_compile_flags``.
 
 In the eager spelling the body of the ``@tilelang.jit`` function is the kernel itself (no inner ``@T.prim_func``):
 ``M, N = T.const("M, N")`` declares compile-time sizes that are read off the tensors a call passes,
 ``A: T.Tensor((M, N), dtype)`` makes the parameter ``A`` a tensor of that shape, and ``C = T.empty((M, N), dtype)``
 declares an output the kernel allocates and returns (``return C``). ``tilelang_core.jit.eager`` turns such a
 function into a program; these helpers only describe what the function declares.
+
+``T.annotate_pass_configs`` / ``T.annotate_compile_flags`` record compiler options from the body.
 
 ``T.const`` needs to know which phase of that build it runs in (finding which tensor dimension each size is, or
 building the program for known values), so it reads a per-thread context that the builder sets. The language must
@@ -33,6 +36,8 @@ class EagerContext:
 
     values: dict[str, int] | None = None
     declared: dict[str, Any] = field(default_factory=dict)
+    pass_configs: dict[str, Any] | None = None   # T.annotate_pass_configs
+    compile_flags: list[str] | None = None       # T.annotate_compile_flags
 
 
 def _split_names(names: Any, what: str) -> list[str]:
@@ -108,3 +113,31 @@ def empty(*shape: Any, dtype: Any = "float32") -> EmptyTensor:
 
     dims = shape_value(shape, "T.empty shape")
     return EmptyTensor(dims, canonical_dtype(dtype, "T.empty dtype"))
+
+
+def _context(what: str) -> EagerContext:
+    ctx: EagerContext | None = getattr(EAGER_BUILD, "current", None)
+    if ctx is None:
+        raise TypeError(f"{what}(...) is only meaningful in the body of an eager @tilelang.jit function (one "
+                        "without an inner @T.prim_func); in the classic spelling pass it to @tilelang.jit")
+    return ctx
+
+
+def annotate_pass_configs(configs: Any) -> None:
+    """Compiler options of an eager function, from its body: ``T.annotate_pass_configs({"tl.cuda.split_k": 1})``.
+    As in TileLang, the decorator's ``pass_configs`` take precedence over these; both are validated."""
+    ctx = _context("T.annotate_pass_configs")
+    if not isinstance(configs, dict):
+        raise TypeError(f"T.annotate_pass_configs: expected a dict of pass-config keys to values, got {configs!r}")
+    ctx.pass_configs = dict(configs)
+
+
+def annotate_compile_flags(flags: Any) -> None:
+    """Extra nvcc/NVRTC flags of an eager function, from its body (added after the decorator's
+    ``compile_flags``): ``T.annotate_compile_flags(["-lineinfo"])`` or a string."""
+    ctx = _context("T.annotate_compile_flags")
+    if isinstance(flags, str):
+        flags = [flags]
+    if not isinstance(flags, (list, tuple)) or not all(isinstance(f, str) for f in flags):
+        raise TypeError(f"T.annotate_compile_flags: expected a str or a list of str, got {flags!r}")
+    ctx.compile_flags = list(flags)

@@ -89,7 +89,7 @@ def build_kernel(obj: Any, kwargs: dict[str, Any], target: str, out_idx: Any) ->
         if out_idx is not None:
             raise SystemExit("error: --out-idx does not apply to an eager @jit function (its outputs are its T.empty)")
         if target != "auto":
-            obj = EagerJITFactory(obj.factory, target, obj.options)
+            obj = EagerJITFactory(obj.factory, target, obj.options, obj._decorator_pass_configs)
         return obj.compile(**kwargs)
     if isinstance(obj, JITFactory):
         if target != "auto":
