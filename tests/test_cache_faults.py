@@ -287,32 +287,35 @@ def test_a_missing_cache_dir_is_created_with_its_parents(tmp_path, monkeypatch):
     assert len(entries(target)) == 1
 
 
-UNPRIVILEGED_CHECK = KERNEL_SOURCE + '''
-import json, os, warnings
+UNPRIVILEGED_CHECK = KERNEL_SOURCE + """
+import json, os, sys, warnings
 import torch
 import tilelang_core as tilelang
 
-with warnings.catch_warnings(record=True) as record:
-    warnings.simplefilter("always")
-    kernels = [(tilelang.jit(out_idx=[-1])(scale_kernel)(n, a), n, a) for n, a in ((128, 2.0), (256, -3.0))]
-for k, n, a in kernels:
-    x = torch.randn(n)
-    torch.testing.assert_close(k(x), x * a, rtol=0, atol=0)
-print(json.dumps({"uid": os.getuid(), "warnings": [str(w.message) for w in record
-                                                   if w.category.__name__ == "CacheWarning"]}))
-'''
+report = {"uid": os.getuid()}
+for folder in sys.argv[1:]:
+    os.environ["TILELANG_CORE_CACHE_DIR"] = folder
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        kernels = [(tilelang.jit(out_idx=[-1])(scale_kernel)(n, a), n, a) for n, a in ((128, 2.0), (256, -3.0))]
+    for k, n, a in kernels:
+        x = torch.randn(n)
+        torch.testing.assert_close(k(x), x * a, rtol=0, atol=0)
+    report[folder] = [str(w.message) for w in record if w.category.__name__ == "CacheWarning"]
+print(json.dumps(report))
+"""
 
 NOBODY = 65534
 
 
-def _run_unprivileged(folder: Path, work: Path) -> dict:
-    """Run UNPRIVILEGED_CHECK with the cache at ``folder``: as user nobody (through ``setpriv``) when the tests run
-    as root (for root, permissions do not bite), else as this user."""
+def _run_unprivileged(folders: list[Path], work: Path) -> dict:
+    """Run UNPRIVILEGED_CHECK with the cache at each of ``folders`` in turn, in one child process: as user nobody
+    (through ``setpriv``) when the tests run as root (for root, permissions do not bite), else as this user."""
     script = work / "check.py"
     script.write_text(UNPRIVILEGED_CHECK)
-    env = dict(os.environ, TILELANG_CORE_CACHE_DIR=str(folder), HOME=str(work))
+    env = dict(os.environ, HOME=str(work))
     env.pop("TILELANG_CORE_DISABLE_CACHE", None)
-    cmd = [sys.executable, str(script)]
+    cmd = [sys.executable, str(script), *map(str, folders)]
     if os.geteuid() == 0:
         setpriv = shutil.which("setpriv")
         if setpriv is None:
@@ -334,32 +337,29 @@ def shared_work():
     shutil.rmtree(work, ignore_errors=True)
 
 
-@pytest.mark.parametrize("case", ["read-only", "another user's"])
-def test_an_unwritable_cache_dir_warns_once_and_kernels_still_compile_and_run(shared_work, case):
-    if case == "read-only":
-        folder = shared_work / "readonly-cache"
-        folder.mkdir()
-        if os.geteuid() == 0:
-            os.chown(folder, NOBODY, NOBODY)  # nobody's own folder, made read-only
-        folder.chmod(0o555)
-    elif os.geteuid() == 0:
-        folder = Path(tempfile.mkdtemp(prefix="tilelang_core_root_owned-"))  # root's, mode 0755: not nobody's
-        folder.chmod(0o755)
+def test_read_only_and_another_users_cache_dirs_warn_once_each_and_kernels_still_compile_and_run(shared_work):
+    read_only = shared_work / "readonly-cache"
+    read_only.mkdir()
+    if os.geteuid() == 0:
+        os.chown(read_only, NOBODY, NOBODY)  # nobody's own folder, made read-only
+        others = Path(tempfile.mkdtemp(prefix="tilelang_core_root_owned-"))  # root's, mode 0755: not nobody's
+        others.chmod(0o755)
     else:
-        folder = Path("/")
-        if os.access(folder, os.W_OK):
+        others = Path("/")  # root's
+        if os.access(others, os.W_OK):
             pytest.skip("no folder of another user that this user cannot write")
+    read_only.chmod(0o555)
     try:
-        result = _run_unprivileged(folder, shared_work)
-        assert len(result["warnings"]) == 1, result
-        assert str(folder) in result["warnings"][0]
-        assert not (folder / "kernels").exists()
-        assert list(folder.iterdir()) == [] or folder == Path("/")
+        result = _run_unprivileged([read_only, others], shared_work)
+        for folder in (read_only, others):
+            messages = result[str(folder)]
+            assert len(messages) == 1 and str(folder) in messages[0], result
+            assert not (folder / "kernels").exists()
+        assert list(read_only.iterdir()) == []
     finally:
-        if folder != Path("/"):
-            folder.chmod(0o755)
-            if case != "read-only":
-                shutil.rmtree(folder, ignore_errors=True)
+        read_only.chmod(0o755)
+        if others != Path("/"):
+            shutil.rmtree(others, ignore_errors=True)
 
 
 # -- no compiler, no disk cache, no cache folder ----------------------------------------------------------------
