@@ -220,6 +220,28 @@ def test_fp8_tiles_copy_into_float32_fragments_exactly(fp8):
     assert torch.equal(c[ok], ref[ok])
 
 
+@tilelang.jit(out_idx=[-1])
+def fp8_gemm(M, N, K, fp8):
+    @T.prim_func
+    def main(A: T.Tensor((M, K), fp8), B: T.Tensor((K, N), fp8), C: T.Tensor((M, N), T.float32)):
+        with T.Kernel(1, threads=128) as bx:  # noqa: F841
+            a = T.alloc_shared((M, K), fp8)
+            b = T.alloc_shared((K, N), fp8)
+            c = T.alloc_fragment((M, N), T.float32)
+            T.copy(A, a)
+            T.copy(B, b)
+            T.clear(c)
+            T.gemm(a, b, c)
+            T.copy(c, C)
+    return main
+
+
+def test_fp8_gemm_accumulates_the_exact_products_in_float32():
+    fp8 = T.float8_e4m3fn
+    a, b = torch.randn(32, 16).to(fp8.as_torch()), torch.randn(16, 32).to(fp8.as_torch())
+    torch.testing.assert_close(fp8_gemm(32, 32, 16, fp8)(a, b), a.float() @ b.float(), rtol=1e-6, atol=1e-6)
+
+
 # -- CUDA codegen (no GPU needed) ----------------------------------------------------------------------------------
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found: the CUDA compile tests need the toolkit")
@@ -241,6 +263,7 @@ def test_fp8_kernels_compile_for_cuda_with_cuda_fp8_types(tmp_path, fp8, ctype):
     assert ctype in src and "__global__" in src
     src = _cuda_source(fp8_tile_dequant, (64, 128, fp8), tmp_path / "dq")
     assert ctype in src
+    assert ctype in _cuda_source(fp8_gemm, (64, 64, 64, fp8), tmp_path / "gemm")
 
 
 @needs_nvcc

@@ -52,6 +52,9 @@ UNSUPPORTED = {
     "env": "TileLang's settings object; tilelang_core reads a few TILELANG_CORE_* variables (README) and takes "
            "compiler options as pass_configs",
     "build_date": "tilelang_core has no native build (see tilelang_core.__version__)",
+    "get_windows_runtime_dll_dirs": "Windows DLL search helpers; tilelang_core loads no native library of its own "
+                                    "and runs on Linux",
+    "prepend_dll_search_path": "Windows DLL search helpers; tilelang_core loads no native library of its own",
     "rocm": "there is no ROCm backend", "metal": "there is no Metal backend", "webgpu": "there is no WebGPU backend",
     "cuda": "TileLang's CUDA intrinsics package is not ported; T.* tile ops compile for CUDA (target='cuda')",
     "cpu": "TileLang's CPU backend package; our CPU backend is internal (target='cpu')",
