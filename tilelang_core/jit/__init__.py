@@ -89,22 +89,43 @@ def _is_prim_func(func: Any) -> bool:
 
 
 def _param_specs(func: Any) -> list[Any]:
+    """The parameters as the runtime sees them: tensors (static or symbolic sizes) and scalars (``n: T.int32``)."""
     from ..runtime.artifact import ParamSpec
 
     specs = []
     from tvm import tirx
 
-    for buf in func.params:
-        if not tirx.is_buffer_var(buf):
-            raise TileLangCompileError(f"kernel parameter {buf} must be a tensor (T.Tensor(shape, dtype))")
-        shape = []
-        for s in buf.shape:
+    bare: set[str] = set()
+    used: dict[str, str] = {}
+    for p in func.params:
+        if not tirx.is_buffer_var(p):
+            dt = str(p.dtype) if hasattr(p, "dtype") else str(getattr(getattr(p, "ty", None), "dtype", ""))
+            if dt in ("", "handle") or dt.startswith("handle"):
+                raise TileLangCompileError(f"kernel parameter {p}: expected a tensor (T.Tensor(shape, dtype)) or "
+                                           f"a scalar (T.int32, T.float32 ...), got a {dt or type(p).__name__}")
+            specs.append(ParamSpec(p.name, (), dt, "scalar"))
+            bare.add(p.name)
+            continue
+        shape: list[int | str] = []
+        for s in p.shape:
             try:
                 shape.append(int(s))
+                continue
             except TypeError:
-                raise TileLangCompileError(f"kernel parameter {buf.name}: dynamic dimension {s} is not supported; "
-                                           "pass sizes as factory arguments") from None
-        specs.append(ParamSpec(buf.name, tuple(shape), str(buf.dtype)))
+                pass
+            if isinstance(s, tirx.Var):
+                bare.add(s.name)
+            else:
+                for v in tirx.analysis.undefined_vars(s):
+                    used.setdefault(v.name, f"{p.name} ({s})")
+            shape.append(str(s))
+        specs.append(ParamSpec(p.name, tuple(shape), str(p.dtype)))
+    missing = sorted(set(used) - bare)
+    if missing:
+        name = missing[0]
+        raise TileLangCompileError(f"kernel parameter {used[name]}: the symbolic size {name} appears only inside an "
+                                   f"expression, so a call cannot tell its value; give some tensor a dimension that "
+                                   f"is exactly {name} (or pass it as a scalar parameter {name}: T.int32)")
     return specs
 
 

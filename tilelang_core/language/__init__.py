@@ -13,14 +13,16 @@ from typing import Any
 from tvm.script import tirx as _tirx
 from tvm.script.tirx import prim_func  # the TVMScript parser finds the dialect through this very object
 
+from . import assign as _assign  # noqa: F401 (parser hook: chained assignment, T.alloc_var stores)
+from . import var_values as _var_values  # noqa: F401 (parser hook: T.alloc_var read by name)
 from .alloc import alloc_fragment, alloc_global, alloc_local, alloc_shared, alloc_var
 from .atomic import atomic_addx2, atomic_addx4, atomic_max, atomic_min
 from .copy import clear, copy, fill, transpose
-from .dtypes import SUPPORTED_DTYPES, Buffer, Tensor
+from .dtypes import SUPPORTED_DTYPES
 from .eager import annotate_compile_flags, annotate_pass_configs, const, empty
 from .gemm import GemmWarpPolicy, gemm
 from .hints import annotate_layout, disable_warp_group_reg_alloc
-from .kernel import Kernel
+from .kernel import Buffer, Kernel, Tensor  # Tensor: T.Tensor(shape, dtype) or T.Tensor[shape, dtype]
 from .logical import all_of, any_of
 from .loops import Parallel, Pipelined, grid, serial, unroll, vectorized
 from .macro import macro
@@ -49,12 +51,15 @@ from .misc import atomic_add, let, print, use_swizzle
 from .reduce import reduce, reduce_absmax, reduce_abssum, reduce_max, reduce_min, reduce_sum
 from .reducer import alloc_reducer, finalize_reducer
 from .scan import cummax, cumsum
+from .symbolic import dynamic, symbolic
+from .tensor import StridedTensor
 from .threads import get_thread_binding, get_thread_bindings, sync_threads
 from .unsupported import UNSUPPORTED, refusal
 from .views import reshape, view
 
 __all__ = [
     "prim_func", "Kernel", "Tensor", "Buffer", "SUPPORTED_DTYPES",
+    "StridedTensor", "symbolic", "dynamic",
     "alloc_shared", "alloc_fragment", "alloc_local", "alloc_var",
     "copy", "fill", "clear", "gemm", "GemmWarpPolicy",
     "Parallel", "Pipelined", "serial", "unroll", "grid", "vectorized",

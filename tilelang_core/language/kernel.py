@@ -48,3 +48,37 @@ def Kernel(*grid: Any, threads: Any = 128, is_cpu: bool = False, prelude: str | 
             ann = {KERNEL_ATTR: ts} if i == 0 else None
             ivs.append(stack.enter_context(_T.thread_binding(ext, thread=_TAGS[i], annotations=ann)))
         yield ivs[0] if len(ivs) == 1 else tuple(ivs)
+
+
+class TensorAnnotation:
+    """``T.Tensor`` / ``T.Buffer``: a parameter annotation spelled as a call, ``T.Tensor((M, K), dtype)``, or as
+    TileLang's subscript, ``T.Tensor[(M, K), dtype]`` (both give the same tensor parameter)."""
+
+    def __init__(self, name: str):
+        self.__name__ = self.__qualname__ = name
+
+    def __call__(self, shape: Any, dtype: Any = "float32", data: Any = None, *args: Any, **kwargs: Any) -> Any:
+        from .dtypes import Tensor
+
+        if data is not None:  # T.Tensor(shape, dtype, A.data) in a body: a view of A's memory (see .tensor)
+            from .tensor import view_of
+
+            return view_of(shape, dtype, data, f"T.{self.__name__}")
+        return Tensor(shape, dtype, *args, **kwargs)
+
+    def __getitem__(self, key: Any) -> Any:
+        from .tensor import split_subscript
+
+        return self(*split_subscript(key, f"T.{self.__name__}"))
+
+    def from_ptr(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"T.{self.__name__}.from_ptr is not supported by tilelang_core: pointer "
+                                  "parameters are not built; take a T.Tensor parameter, and for another shape over "
+                                  "its memory write T.Tensor(shape, dtype, A.data) (see docs/compat.md)")
+
+    def __repr__(self) -> str:
+        return f"T.{self.__name__}"
+
+
+Tensor = TensorAnnotation("Tensor")
+Buffer = TensorAnnotation("Buffer")

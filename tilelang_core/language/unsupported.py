@@ -63,6 +63,12 @@ UNSUPPORTED: dict[str, str] = {
     "Persistent": "persistent loops are not built; use T.Kernel over the tiles",
     "ClusterKernel": "thread-block clusters are not built; use T.Kernel",
     "CUDASourceCodeKernel": "kernels from CUDA source are not built; write the kernel in the tile language",
+    # kernel parameters (docs/compat.md, "Language: kernel parameters, shapes and the frontend")
+    "FragmentBuffer": "kernel parameters are global tensors (T.Tensor); allocate tiles with T.alloc_fragment",
+    "SharedBuffer": "kernel parameters are global tensors (T.Tensor); allocate tiles with T.alloc_shared",
+    "LocalBuffer": "kernel parameters are global tensors (T.Tensor); allocate tiles with T.alloc_local",
+    "make_tensor": "pointer parameters are not built; take a T.Tensor parameter, and for another shape over its "
+                   "memory write T.Tensor(shape, dtype, A.data) in the body",
 }
 
 

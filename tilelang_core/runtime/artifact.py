@@ -20,14 +20,19 @@ FORMAT_VERSION = 1
 
 @dataclass(frozen=True)
 class ParamSpec:
-    """One kernel parameter: a tensor of fixed shape and dtype."""
+    """One kernel parameter: a tensor (``kind="tensor"``) of a shape and dtype, or a scalar (``kind="scalar"``,
+    ``n: T.int32``; shape ``()``). A symbolic size is the symbol's name (``"m"``) or an integer expression of
+    symbols as TVM prints it (``"m * 2"``); the runtime binds it from the tensors a call passes."""
 
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[int | str, ...]
     dtype: str
+    kind: str = "tensor"
 
     def __str__(self) -> str:
-        return f"{self.name}: {self.dtype}{list(self.shape)}"
+        if self.kind == "scalar":
+            return f"{self.name}: {self.dtype}"
+        return f"{self.name}: {self.dtype}[{', '.join(str(d) for d in self.shape)}]"
 
 
 @dataclass
@@ -86,7 +91,8 @@ def load_artifact(path: Path, verify: bool = True) -> Artifact:
         meta = json.loads((path / "meta.json").read_text())
         if meta.pop("format_version", None) != FORMAT_VERSION:
             raise ValueError("unknown artifact format version")
-        meta["params"] = [ParamSpec(p["name"], tuple(p["shape"]), p["dtype"]) for p in meta["params"]]
+        meta["params"] = [ParamSpec(p["name"], tuple(p["shape"]), p["dtype"], p.get("kind", "tensor"))
+                          for p in meta["params"]]
         art = Artifact(path=path, **meta)
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise TileLangRuntimeError(f"corrupt or incomplete kernel artifact at {path}: {e}") from e

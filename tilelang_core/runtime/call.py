@@ -11,7 +11,16 @@ from typing import Any
 
 from ..errors import TileLangRuntimeError
 from .artifact import Artifact, ParamSpec
-from .exported import check_no_overlap, check_tensor, force_backend_hooks, torch_dtype
+from .exported import (
+    bind_arguments,
+    check_no_overlap,
+    check_tensor,
+    force_backend_hooks,
+    has_symbols,
+    is_scalar,
+    output_shape,
+    torch_dtype,
+)
 
 __all__ = ["KernelCallable", "check_tensor", "force_backend_hooks", "torch_dtype"]
 
@@ -32,6 +41,7 @@ class KernelCallable:
         self.out_idx = sorted(i % n for i in artifact.out_idx)
         self.in_idx = [i for i in range(n) if i not in self.out_idx]
         self.device = "cpu"
+        self.bound = has_symbols(artifact.params)  # scalar parameters or symbolic sizes: see bind()
 
     @property
     def params(self) -> list[ParamSpec]:
@@ -61,9 +71,51 @@ class KernelCallable:
 
         return [torch.empty(self.params[i].shape, dtype=torch_dtype(self.params[i].dtype)) for i in self.out_idx]
 
+    def bind(self, args: tuple) -> tuple[list[Any], list[Any], dict[str, int]] | None:
+        """Arguments of a kernel with scalar parameters or symbolic sizes: every one checked (scalars as Python
+        numbers, each symbolic size bound from the first tensor that has it and checked against the others),
+        outputs allocated to the bound shapes. Returns (all arguments, outputs, symbols), or None for a wrong
+        argument count."""
+        import torch
+
+        n_all = len(self.params)
+        if len(args) == len(self.in_idx) and (len(args) != n_all or not self.out_idx):
+            checked, symbols = bind_arguments(self.params, dict(zip(self.in_idx, args)), self.device)
+            dev: Any = "cpu"
+            if self.device == "cuda":
+                dev = next((v.device for v in checked.values() if hasattr(v, "device")),
+                           torch.device("cuda", torch.cuda.current_device()))
+            outs = [torch.empty(output_shape(self.params[i], symbols), dtype=torch_dtype(self.params[i].dtype),
+                                device=dev) for i in self.out_idx]
+            checked.update(zip(self.out_idx, outs))
+        elif len(args) == n_all and self.out_idx:
+            checked, symbols = bind_arguments(self.params, dict(enumerate(args)), self.device)
+            tensors = [i for i in range(n_all) if not is_scalar(self.params[i])]
+            check_no_overlap([self.params[i] for i in tensors], [checked[i] for i in tensors],
+                             [tensors.index(o) for o in self.out_idx])
+            outs = [args[i] for i in self.out_idx]
+        else:
+            return None
+        return [checked[i] for i in range(n_all)], outs, symbols
+
+    def _count_error(self, n_args: int) -> TypeError:
+        n_in, n_all = len(self.in_idx), len(self.params)
+        names = ", ".join(self.params[i].name for i in self.in_idx)
+        what = "input argument(s)" if self.bound else "input tensor(s)"
+        return TypeError(f"kernel {self.artifact.entry}: expected {n_in} {what} ({names})"
+                         + (f" or all {n_all} including outputs" if self.out_idx else "")
+                         + f", got {n_args}")
+
     def __call__(self, *args: Any) -> Any:
         n_in = len(self.in_idx)
         n_all = len(self.params)
+        if self.bound:
+            bound = self.bind(args)
+            if bound is None:
+                raise self._count_error(len(args))
+            full, outs, _ = bound
+            self._fn(*full)
+            return None if not self.out_idx else (outs[0] if len(outs) == 1 else tuple(outs))
         if len(args) == n_in:
             outs = self.alloc_outputs()
             full: list[Any] = [None] * n_all
@@ -75,10 +127,7 @@ class KernelCallable:
             full = list(args)
             outs = [full[i] for i in self.out_idx]
         else:
-            names = ", ".join(self.params[i].name for i in self.in_idx)
-            raise TypeError(f"kernel {self.artifact.entry}: expected {n_in} input tensor(s) ({names})"
-                            + (f" or all {n_all} including outputs" if self.out_idx else "")
-                            + f", got {len(args)}")
+            raise self._count_error(len(args))
         checked = self.check_args(full)
         if len(args) == n_all:  # the caller's own outputs: refuse any that share memory with another argument
             check_no_overlap(self.params, checked, self.out_idx)

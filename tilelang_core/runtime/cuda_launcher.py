@@ -17,7 +17,16 @@ from typing import Any
 from ..errors import TileLangRuntimeError
 from .artifact import Artifact
 from .call import KernelCallable, torch_dtype
-from .exported import CUDA_ALIGNMENT, StreamOrder, check_no_overlap, raise_smem_limit
+from .exported import (
+    CUDA_ALIGNMENT,
+    StreamOrder,
+    check_no_overlap,
+    has_symbols,
+    launch_grid,
+    launch_plan,
+    raise_smem_limit,
+    scalar_bits,
+)
 
 _STREAM_AS_INT = True  # cuda.bindings takes raw stream handles as int; older versions need CUstream(...)
 
@@ -73,17 +82,17 @@ class CudaKernelCallable(KernelCallable):
         self.out_idx = sorted(i % n for i in artifact.out_idx)
         self.in_idx = [i for i in range(n) if i not in self.out_idx]
         self.kernel_name = str(meta["kernel"])
-        self.grid = tuple(int(g) for g in meta["grid"])
+        self.grid = tuple(g if isinstance(g, str) else int(g) for g in meta["grid"])  # str: a symbolic extent
         self.block = tuple(int(b) for b in meta["block"])
         self.dyn_smem = int(meta["dyn_smem"])
         # a kernel with state in its module's globals (the split-K workspace) must not run on two streams at once
         self.stream_order = StreamOrder() if meta.get("serial_streams", False) else None
-        names = [p.name for p in artifact.params]
-        try:
-            self.arg_order = [names.index(a) for a in meta["args"]]
-        except ValueError as e:
-            raise TileLangRuntimeError(f"artifact at {artifact.path}: kernel argument not among the parameters: {e}") \
-                from None
+        self.bound = has_symbols(artifact.params)  # scalar parameters or symbolic sizes (see KernelCallable.bind)
+        self.plan = launch_plan(meta, artifact.params)
+        if not self.bound and any(kind != "tensor" for kind, _, _ in self.plan):
+            raise TileLangRuntimeError(f"artifact at {artifact.path}: kernel arguments {meta['args']} are not all "
+                                       "among the tensor parameters")
+        self.arg_order = [w for _, w, _ in self.plan]
         self.cubin = (artifact.path / meta["cubin"]).read_bytes()
         self._loaded: dict[int, _Loaded] = {}
         self._lock = threading.Lock()
@@ -131,6 +140,13 @@ class CudaKernelCallable(KernelCallable):
 
     def __call__(self, *args: Any) -> Any:
         n_all = len(self.params)
+        if self.bound:
+            bound = self.bind(args)
+            if bound is None:
+                raise self._count_error(len(args))
+            full, outs, symbols = bound
+            self._launch_bound(full, symbols)
+            return None if not self.out_idx else (outs[0] if len(outs) == 1 else tuple(outs))
         if len(args) == len(self.in_idx) and (len(args) != n_all or not self.out_idx):
             if self.out_idx:
                 import torch
@@ -161,6 +177,24 @@ class CudaKernelCallable(KernelCallable):
             return None
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def _launch_bound(self, full: list[Any], symbols: dict[str, int]) -> None:
+        """Launch with arguments already checked by ``bind``: scalars packed by dtype, the grid evaluated."""
+        known = dict(symbols)
+        known.update({self.params[i].name: full[i] for kind, i, _ in self.plan if kind == "scalar"})
+        grid = launch_grid(self.grid, known)
+        values = [full[w].data_ptr() if kind == "tensor" else scalar_bits(full[w] if kind == "scalar" else known[w],
+                                                                          dt)
+                  for kind, w, dt in self.plan]
+        tensors = [t for t in full if hasattr(t, "get_device")]
+        devs = {t.get_device() for t in tensors}
+        if len(devs) > 1:
+            raise ValueError(f"kernel {self.kernel_name}: all tensors must be on one device; got "
+                             f"{', '.join(f'cuda:{d}' for d in sorted(devs))}")
+        dev_index = devs.pop() if devs else torch_current_device()
+        if 0 in grid:
+            return  # a size of 0: an empty grid, nothing to compute
+        self._launch_values(dev_index, values, grid)
+
     def _launch(self, *tensors: Any) -> None:
         exp = self._expected()
         dev_index = -2
@@ -179,6 +213,9 @@ class CudaKernelCallable(KernelCallable):
             elif d != dev_index:
                 raise ValueError(f"argument {self.params[i].name!r}: all tensors must be on one device; got "
                                  f"cuda:{d} and cuda:{dev_index}")
+        self._launch_values(dev_index, [tensors[i].data_ptr() for i in self.arg_order], self.grid)
+
+    def _launch_values(self, dev_index: int, slot_values: list[int], grid: tuple) -> None:
         loaded = self._load(dev_index)
         driver = _driver()
         tls = self._tls
@@ -193,10 +230,10 @@ class CudaKernelCallable(KernelCallable):
             params = (ctypes.c_void_p * max(n, 1))(*[base + 8 * i for i in range(max(n, 1))])
             arrays = tls.arrays = (values, params, ctypes.addressof(params))
         values, _, params_addr = arrays
-        for k, i in enumerate(self.arg_order):
-            values[k] = tensors[i].data_ptr()
+        for k, v in enumerate(slot_values):
+            values[k] = v
         stream = _current_stream(dev_index)
-        gx, gy, gz = self.grid
+        gx, gy, gz = grid
         bx, by, bz = self.block
         if self.stream_order is not None:
             self.stream_order.before_launch(driver, dev_index, stream, _check)
@@ -213,8 +250,14 @@ class CudaKernelCallable(KernelCallable):
             res = driver.cuLaunchKernel(loaded.function, gx, gy, gz, bx, by, bz, self.dyn_smem,
                                         driver.CUstream(stream), params_addr, 0)
         if res[0] != driver.CUresult.CUDA_SUCCESS:
-            _check(res, f"cuLaunchKernel({self.kernel_name}, grid={self.grid}, block={self.block}, "
+            _check(res, f"cuLaunchKernel({self.kernel_name}, grid={grid}, block={self.block}, "
                         f"smem={self.dyn_smem})")
+
+
+def torch_current_device() -> int:
+    import torch
+
+    return int(torch.cuda.current_device())
 
 
 def _current_stream(index: int) -> int:

@@ -132,11 +132,11 @@ class CudaLaunch:
         info = meta["cuda"]
         self.meta, self.cubin = meta, cubin
         self.kernel_name = str(info["kernel"])
-        self.grid = tuple(int(g) for g in info["grid"])
+        self.grid = tuple(g if isinstance(g, str) else int(g) for g in info["grid"])  # str: a symbolic extent
         self.block = tuple(int(b) for b in info["block"])
         self.dyn_smem = int(info["dyn_smem"])
-        names = [p.name for p in params]
-        self.arg_order = [names.index(a) for a in info["args"]]
+        self.plan = launch_plan(info, params)
+        self.arg_order = [w for _, w, _ in self.plan]
         n = max(len(self.arg_order), 1)
         self._values = (ctypes.c_uint64 * n)()
         base = ctypes.addressof(self._values)
@@ -164,20 +164,31 @@ class CudaLaunch:
             self._loaded[index] = fn
         return fn
 
-    def __call__(self, *tensors: Any) -> None:
+    def __call__(self, *tensors: Any, symbols: dict[str, int] | None = None) -> None:
         import ctypes
 
         import torch
 
-        index = tensors[0].get_device()
+        index = next(t for t in tensors if hasattr(t, "get_device")).get_device()
         fn = self._function(index)
-        for k, i in enumerate(self.arg_order):
-            self._values[k] = tensors[i].data_ptr()
+        grid = self.grid
+        if symbols is not None:  # scalar parameters or symbolic sizes
+            known = dict(symbols)
+            known.update({self.meta["params"][i]["name"]: tensors[i] for kind, i, _ in self.plan if kind == "scalar"})
+            for k, (kind, w, dt) in enumerate(self.plan):
+                self._values[k] = tensors[w].data_ptr() if kind == "tensor" else \
+                    scalar_bits(tensors[w] if kind == "scalar" else known[w], dt)
+            grid = launch_grid(self.meta["cuda"]["grid"], known)
+            if 0 in grid:
+                return  # an empty grid (a size of 0): nothing to compute
+        else:
+            for k, i in enumerate(self.arg_order):
+                self._values[k] = tensors[i].data_ptr()
         stream = int(torch.cuda.current_stream(index).cuda_stream)
         driver = _driver()
         if self.stream_order is not None:
             self.stream_order.before_launch(driver, index, stream, _cu)
-        args = (*self.grid, *self.block, self.dyn_smem)
+        args = (*grid, *self.block, self.dyn_smem)
         try:
             res = driver.cuLaunchKernel(fn, *args, stream, ctypes.addressof(self._params), 0)
         except TypeError:
@@ -253,11 +264,9 @@ def torch_dtype(name: str) -> Any:
     return _TORCH_DTYPES[name]
 
 
-def check_tensor(spec: Any, value: Any, device: str) -> Any:
-    """Check one argument against its parameter (``spec``: name, shape, dtype); returns the tensor (numpy arrays
-    become zero-copy torch tensors). ``TypeError`` for a wrong kind or dtype, ``ValueError`` for rank, shape,
-    device, contiguity or alignment, naming the parameter, what was expected and what was given. The core's
-    runtime uses this same function, so exported kernels and in-process ones fail with identical messages."""
+def _as_tensor(spec: Any, value: Any) -> Any:
+    """``value`` as a torch tensor of ``spec``'s dtype and rank (numpy arrays become zero-copy torch tensors), or the
+    ``TypeError`` / ``ValueError`` naming the parameter."""
     import torch
 
     if not isinstance(value, torch.Tensor):
@@ -272,8 +281,20 @@ def check_tensor(spec: Any, value: Any, device: str) -> Any:
     if value.dim() != len(spec.shape):
         raise ValueError(f"argument {spec.name!r}: expected a rank-{len(spec.shape)} tensor of shape "
                          f"{list(spec.shape)}, got rank {value.dim()} with shape {list(value.shape)}")
-    if tuple(value.shape) != tuple(spec.shape):
-        raise ValueError(f"argument {spec.name!r}: expected shape {list(spec.shape)}, got {list(value.shape)}")
+    return value
+
+
+def check_tensor(spec: Any, value: Any, device: str, shape: Any = None) -> Any:
+    """Check one argument against its parameter (``spec``: name, shape, dtype; ``shape``: the shape it must have,
+    when ``spec.shape`` has symbolic sizes); returns the tensor (numpy arrays become zero-copy torch tensors).
+    ``TypeError`` for a wrong kind or dtype, ``ValueError`` for rank, shape, device, contiguity or alignment, naming
+    the parameter, what was expected and what was given. The core's runtime uses this same function, so exported
+    kernels and in-process ones fail with identical messages."""
+    value = _as_tensor(spec, value)
+    want = tuple(spec.shape if shape is None else shape)
+    if tuple(value.shape) != want:
+        spelled = f" ({format_shape(spec.shape)})" if list(want) != list(spec.shape) else ""
+        raise ValueError(f"argument {spec.name!r}: expected shape {list(want)}{spelled}, got {list(value.shape)}")
     if value.device.type != device:
         raise ValueError(f"argument {spec.name!r}: expected a tensor on {device}, got one on {value.device}")
     if not value.is_contiguous():
@@ -284,6 +305,181 @@ def check_tensor(spec: Any, value: Any, device: str) -> Any:
                          f"torch._neg_view); call .resolve_neg() first")
     check_alignment(spec.name, value.data_ptr(), value.numel(), alignment_for(device, value.element_size()))
     return value
+
+
+def format_shape(shape: Any) -> str:
+    """A shape as the program spells it: ``[m, 64]`` for a symbolic first dimension."""
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def is_scalar(spec: Any) -> bool:
+    """A scalar parameter (``n: T.int32``) rather than a tensor."""
+    return getattr(spec, "kind", "tensor") == "scalar"
+
+
+def has_symbols(params: Any) -> bool:
+    """Whether any parameter is a scalar or has a symbolic size (then calls go through :func:`bind_arguments`)."""
+    return any(is_scalar(p) or any(isinstance(d, str) for d in p.shape) for p in params)
+
+
+def eval_size(expr: Any, symbols: dict[str, int]) -> int:
+    """The value of one dimension: an int, a symbol's name (``"m"``) or an integer expression of symbols as TVM
+    prints it (``"m * 2"``, ``"(m + 3) // 4"``). ``KeyError`` (the symbol's name) for a symbol not bound yet."""
+    if isinstance(expr, int):
+        return expr
+    if expr in symbols:
+        return symbols[expr]
+    import ast
+    import operator
+
+    ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+           ast.Mod: operator.mod}
+
+    def ev(node: Any) -> int:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name):
+            return symbols[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in ops:
+            return ops[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        raise ValueError(f"unsupported size expression {expr!r}")
+
+    return ev(ast.parse(str(expr), mode="eval"))
+
+
+_INT_RANGES = {"int8": 8, "int16": 16, "int32": 32, "int64": 64, "uint8": 8, "uint16": 16, "uint32": 32,
+               "uint64": 64}
+
+
+def check_scalar(spec: Any, value: Any) -> Any:
+    """A scalar argument as the Python number the kernel receives: ``TypeError`` naming the parameter for a value of
+    the wrong kind (a tensor, a string, a float for an integer parameter), ``ValueError`` for an integer out of
+    the dtype's range."""
+    import operator
+
+    dt = spec.dtype
+    kind = "bool" if dt == "bool" else ("an integer" if dt in _INT_RANGES else "a number")
+    if isinstance(value, (str, bytes)) or value is None or (hasattr(value, "dim") and value.dim() != 0) \
+            or (hasattr(value, "ndim") and getattr(value, "ndim", 0) != 0):
+        raise TypeError(f"argument {spec.name!r}: expected {kind} for the scalar parameter {spec.name}: {dt}, "
+                        f"got {type(value).__name__} {value!r}"[:300])
+    if dt == "bool":
+        if isinstance(value, bool) or type(value).__name__ == "bool_":
+            return bool(value)
+        raise TypeError(f"argument {spec.name!r}: expected a bool for the scalar parameter {spec.name}: bool, "
+                        f"got {type(value).__name__} {value!r}")
+    if dt in _INT_RANGES:
+        if isinstance(value, bool):
+            raise TypeError(f"argument {spec.name!r}: expected an integer for the scalar parameter {spec.name}: "
+                            f"{dt}, got a bool ({value!r})")
+        try:
+            v = operator.index(value)
+        except TypeError:
+            raise TypeError(f"argument {spec.name!r}: expected an integer for the scalar parameter {spec.name}: "
+                            f"{dt}, got {type(value).__name__} {value!r}") from None
+        bits = _INT_RANGES[dt]
+        lo, hi = (0, 2 ** bits - 1) if dt.startswith("u") else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+        if not lo <= v <= hi:
+            raise ValueError(f"argument {spec.name!r}: {v} is out of range for the scalar parameter {spec.name}: "
+                             f"{dt} ({lo} .. {hi})")
+        return v
+    if isinstance(value, bool) or isinstance(value, complex):
+        raise TypeError(f"argument {spec.name!r}: expected a real number for the scalar parameter {spec.name}: "
+                        f"{dt}, got {type(value).__name__} {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"argument {spec.name!r}: expected a real number for the scalar parameter {spec.name}: "
+                        f"{dt}, got {type(value).__name__}") from None
+
+
+def bind_arguments(params: Any, values: dict[int, Any], device: str) -> tuple[dict[int, Any], dict[str, int]]:
+    """Check the arguments given (``values``: parameter index -> value) of a kernel with scalar parameters or
+    symbolic sizes. Each symbolic size (a dimension spelled ``m``) takes its value from the first tensor that has
+    it, in parameter order; every other use of ``m`` must agree, else a ``ValueError`` names both arguments.
+    Returns the checked values and the symbols' values (for the outputs' shapes and the launch)."""
+    out: dict[int, Any] = {}
+    symbols: dict[str, int] = {}
+    origin: dict[str, str] = {}
+    for i in sorted(values):
+        spec = params[i]
+        if is_scalar(spec):
+            continue
+        t = _as_tensor(spec, values[i])
+        out[i] = t
+        for k, (d, n) in enumerate(zip(spec.shape, t.shape)):
+            if not isinstance(d, str) or not d.isidentifier():
+                continue
+            if d not in symbols:
+                symbols[d], origin[d] = int(n), f"argument {spec.name!r} (dimension {k})"
+            elif symbols[d] != n:
+                raise ValueError(f"argument {spec.name!r}: dimension {k} is the symbolic size {d}, which "
+                                 f"{origin[d]} fixed at {symbols[d]}; got {int(n)} (shape {list(t.shape)})")
+    for i in sorted(values):
+        spec = params[i]
+        if is_scalar(spec):
+            v = check_scalar(spec, values[i])
+            if spec.name in symbols and v != symbols[spec.name]:
+                raise ValueError(f"argument {spec.name!r}: {v} disagrees with the size {spec.name} = "
+                                 f"{symbols[spec.name]} that {origin[spec.name]} gives")
+            out[i] = v
+            continue
+        try:
+            shape = [eval_size(d, symbols) for d in spec.shape]
+        except KeyError as e:
+            raise ValueError(f"argument {spec.name!r}: its shape {format_shape(spec.shape)} uses the symbolic size "
+                             f"{e.args[0]}, which no tensor argument has as a whole dimension") from None
+        out[i] = check_tensor(spec, out[i], device, shape)
+    return out, symbols
+
+
+def output_shape(spec: Any, symbols: dict[str, int]) -> list[int]:
+    """The shape to allocate for an output, or a ``ValueError`` when a symbolic size is not fixed by any input."""
+    try:
+        return [eval_size(d, symbols) for d in spec.shape]
+    except KeyError as e:
+        raise ValueError(f"output {spec.name!r} (shape {format_shape(spec.shape)}): the symbolic size {e.args[0]} "
+                         "is not fixed by any input, so it cannot be allocated; pass every tensor, the output "
+                         "included") from None
+
+
+def scalar_bits(value: Any, dtype: str) -> int:
+    """A scalar kernel argument as the bits of its CUDA parameter slot (little-endian, zero-extended to 8 bytes)."""
+    import struct
+
+    if dtype in ("float32", "float64", "float16"):
+        fmt = {"float32": "<f", "float64": "<d", "float16": "<e"}[dtype]
+        raw = struct.pack(fmt, float(value))
+        return int.from_bytes(raw, "little")
+    if dtype == "bfloat16":
+        return int.from_bytes(struct.pack("<f", float(value)), "little") >> 16  # truncation of the float32 bits
+    bits = 8 if dtype == "bool" else int(dtype.lstrip("uint") or 32)
+    return int(value) & ((1 << bits) - 1)
+
+
+def launch_plan(meta: dict[str, Any], params: Any) -> list[tuple[str, Any, str]]:
+    """Each CUDA kernel argument as (kind, what, dtype): ("tensor", parameter index, "handle"), ("scalar", parameter
+    index, dtype) or ("symbol", name, dtype) for a symbolic size the kernel reads."""
+    info = meta["cuda"] if "cuda" in meta else meta
+    names = [p.name for p in params]
+    dtypes = list(info.get("arg_dtypes") or ["handle"] * len(info["args"]))
+    plan = []
+    for a, dt in zip(info["args"], dtypes):
+        if a in names:
+            i = names.index(a)
+            plan.append(("scalar" if is_scalar(params[i]) else "tensor", i, dt))
+        else:
+            plan.append(("symbol", a, dt))
+    return plan
+
+
+def launch_grid(grid: Any, symbols: dict[str, int]) -> tuple[int, ...]:
+    """The grid of one launch: symbolic extents evaluated with this call's sizes and scalar arguments."""
+    return tuple(int(eval_size(g, symbols)) for g in grid)
 
 
 def check_no_overlap(params: Any, tensors: list[Any], out_idx: list[int]) -> None:
@@ -336,15 +532,19 @@ def force_backend_hooks(library: Any) -> None:
 
 
 class Param:
-    """One kernel parameter: name, shape, dtype."""
+    """One kernel parameter: name, shape (ints, and symbol names for symbolic sizes), dtype, kind ("tensor" or
+    "scalar")."""
 
-    def __init__(self, name: str, shape: list[int], dtype: str):
+    def __init__(self, name: str, shape: list[Any], dtype: str, kind: str = "tensor"):
         self.name = name
         self.shape = tuple(shape)
         self.dtype = dtype
+        self.kind = kind
 
     def __repr__(self) -> str:
-        return f"{self.name}: {self.dtype}{list(self.shape)}"
+        if self.kind == "scalar":
+            return f"{self.name}: {self.dtype}"
+        return f"{self.name}: {self.dtype}{format_shape(self.shape)}"
 
 
 class ExportedKernel:
@@ -355,7 +555,8 @@ class ExportedKernel:
         self.meta = meta
         self.name: str = meta["name"]
         self.entry: str = meta["entry"]
-        self.params = [Param(p["name"], p["shape"], p["dtype"]) for p in meta["params"]]
+        self.params = [Param(p["name"], p["shape"], p["dtype"], p.get("kind", "tensor")) for p in meta["params"]]
+        self._bound = has_symbols(self.params)  # scalars or symbolic sizes: arguments go through bind_arguments
         n = len(self.params)
         self.out_idx = sorted(i % n for i in meta["out_idx"])
         self.in_idx = [i for i in range(n) if i not in self.out_idx]
@@ -402,7 +603,47 @@ class ExportedKernel:
         return [torch.empty(self.params[i].shape, dtype=torch_dtype(self.params[i].dtype), device=dev)
                 for i in self.out_idx]
 
+    def _call_bound(self, args: tuple) -> Any:
+        """A call of a kernel with scalar parameters or symbolic sizes (see :func:`bind_arguments`)."""
+        n_in, n_all = len(self.in_idx), len(self.params)
+        import torch
+
+        if len(args) == n_in:
+            checked, symbols = bind_arguments(self.params, dict(zip(self.in_idx, args)), self.device)
+            dev = next((v.device for v in checked.values() if hasattr(v, "device")), None)
+            dev = dev if self.device == "cuda" and dev is not None else \
+                (torch.device("cuda", torch.cuda.current_device()) if self.device == "cuda" else "cpu")
+            outs = [torch.empty(output_shape(self.params[i], symbols), dtype=torch_dtype(self.params[i].dtype),
+                                device=dev) for i in self.out_idx]
+            checked.update(zip(self.out_idx, outs))
+        elif len(args) == n_all and self.out_idx:
+            checked, symbols = bind_arguments(self.params, dict(enumerate(args)), self.device)
+            tensors = [i for i in range(n_all) if not is_scalar(self.params[i])]
+            check_no_overlap([self.params[i] for i in tensors], [checked[i] for i in tensors],
+                             [tensors.index(o) for o in self.out_idx])
+            outs = [args[i] for i in self.out_idx]
+        else:
+            return self._count_error(args)
+        fn = self.load()
+        full = [checked[i] for i in range(n_all)]
+        if self.device == "cuda":
+            fn(*full, symbols=symbols)
+        else:
+            fn(*full)
+        if not self.out_idx:
+            return None
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _count_error(self, args: tuple) -> Any:
+        n_in, n_all = len(self.in_idx), len(self.params)
+        names = ", ".join(self.params[i].name for i in self.in_idx)
+        raise TypeError(f"kernel {self.entry}: expected {n_in} input argument(s) ({names})"
+                        + (f" or all {n_all} including outputs" if self.out_idx else "")
+                        + f", got {len(args)}")
+
     def __call__(self, *args: Any) -> Any:
+        if self._bound:
+            return self._call_bound(args)
         n_in, n_all = len(self.in_idx), len(self.params)
         if len(args) == n_in:
             args = tuple(self.check_arg(self.params[i], a) for i, a in zip(self.in_idx, args))  # before allocating
@@ -434,15 +675,21 @@ class ExportedKernel:
 
         g = torch.Generator().manual_seed(seed)
         out = []
+        sizes = {d: 33 for p in self.params for d in p.shape if isinstance(d, str)}  # symbolic sizes: one example
         for i in self.in_idx:
             p = self.params[i]
+            if p.kind == "scalar":
+                x = float(torch.rand((), generator=g)) + 0.5
+                out.append(int(x * 4) if p.dtype.startswith(("int", "uint")) else (x > 1 if p.dtype == "bool" else x))
+                continue
+            shape = [eval_size(d, sizes) for d in p.shape]
             if p.dtype.startswith(("float", "bfloat")):
-                out.append(torch.randn(p.shape, generator=g).to(torch_dtype(p.dtype)))
+                out.append(torch.randn(shape, generator=g).to(torch_dtype(p.dtype)))
             elif p.dtype == "bool":
-                out.append(torch.rand(p.shape, generator=g) > 0.5)
+                out.append(torch.rand(shape, generator=g) > 0.5)
             else:
-                out.append(torch.randint(0, 8, p.shape, generator=g).to(torch_dtype(p.dtype)))
-        return [t.to(self.device) for t in out]
+                out.append(torch.randint(0, 8, shape, generator=g).to(torch_dtype(p.dtype)))
+        return [t.to(self.device) if hasattr(t, "to") else t for t in out]
 
     def __repr__(self) -> str:
         ins = ", ".join(repr(self.params[i]) for i in self.in_idx)

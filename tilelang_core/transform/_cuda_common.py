@@ -43,9 +43,17 @@ def is_fragment(buf: Any) -> bool:
     return scope_of(buf) == SCOPE_FRAGMENT
 
 
-def launch_info(func: Any) -> tuple[list[int], int]:
+def launch_info(func: Any) -> tuple[list[Any], int]:
+    """(grid, threads); a symbolic grid extent (``T.ceildiv(m, bM)`` of a symbolic size) stays an expression."""
     info = func.attrs[ATTR_LAUNCH]
-    return [int(g) for g in info["grid"]], int(info["threads"])
+    return [_int_or_expr(g) for g in info["grid"]], int(info["threads"])
+
+
+def _int_or_expr(g: Any) -> Any:
+    try:
+        return int(g)
+    except TypeError:
+        return g
 
 
 def thread_count(func: Any) -> int:

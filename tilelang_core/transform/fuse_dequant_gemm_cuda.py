@@ -568,7 +568,7 @@ def split_k_cluster(func: tirx.PrimFunc, arch: str, accs: list[Any], direct: boo
                     options: PassConfig = DEFAULT) -> tirx.PrimFunc:
     """Split the fused K loop over a cluster of blocks when the grid leaves most SMs idle (see the module doc)."""
     grid, threads = launch_info(func)
-    if grid[2] != 1 or len(accs) != 1:
+    if not all(isinstance(g, int) for g in grid) or grid[2] != 1 or len(accs) != 1:  # not for a symbolic grid
         return func
     acc = accs[0]
     tloops: list[Any] = []

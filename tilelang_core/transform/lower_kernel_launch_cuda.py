@@ -50,6 +50,18 @@ def _bind_thread_index(body: Any, tx: Any, ts: list[int]) -> Any:
     return tvm_ffi.structural_map(body, [(tvm.ir.Call, index)])
 
 
+def _signature_vars(func: Any) -> list[Any]:
+    """The variables a call fixes: scalar parameters and the symbolic sizes of tensor parameters' shapes."""
+    out = []
+    for p in func.params:
+        if tirx.is_buffer_var(p):
+            for d in p.shape:
+                out.extend(tirx.analysis.undefined_vars(d))
+        else:
+            out.append(p)
+    return out
+
+
 def _take_swizzle(body: Any) -> tuple[Any, tuple[int, str] | None]:
     """Remove ``tl.use_swizzle`` statements at the top of the kernel body; return the (last) request."""
     stmts = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
@@ -140,8 +152,11 @@ def lower_kernel_launch_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
     while isinstance(loops[-1].body, tirx.For) and loops[-1].body.kind == tirx.ForKind.THREAD_BINDING:
         loops.append(loops[-1].body)
     grid = []
+    sig = _signature_vars(func)
     for lp in loops:
         g = const_int(lp.extent)
+        if g is None and all(any(v.same_as(x) for x in sig) for v in tirx.analysis.undefined_vars(lp.extent)):
+            g = lp.extent  # a symbolic grid (T.ceildiv(m, block_M)): the launcher evaluates it per call
         if g is None:
             raise TileLangCompileError(f"T.Kernel grid extent {lp.extent} must be a compile-time constant",
                                        location_of(outer.span), stage="tl.LowerKernelLaunchCUDA")
@@ -155,7 +170,7 @@ def lower_kernel_launch_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
                                    "of 32, at most 1024", location_of(outer.span), stage="tl.LowerKernelLaunchCUDA")
     body, swz = _take_swizzle(loops[-1].body)
     new_vars = [lp.loop_var for lp in loops]
-    if swz is not None and len(loops) >= 2:
+    if swz is not None and len(loops) >= 2 and all(isinstance(g, int) for g in grid[:2]):  # a hint: not symbolic
         nv, body = _rasterize(loops, body, *swz)
         new_vars[:2] = nv
     tx, _ = _thread_loop(threads, body)

@@ -127,6 +127,56 @@ def _defined_in(node: Any) -> list[Any]:
     return out
 
 
+def _let_values(node: Any) -> list[tuple[Any, Any]]:
+    """The scalar temporaries of ``node`` with their values, in order: a ``Bind`` (var, value) or a one-element
+    local buffer allocated in ``node`` and stored once (buffer, value: what ``buf[0]`` reads). A temporary written
+    twice, or whose value reads memory other than earlier temporaries, is left out."""
+    binds: list[Any] = []
+    allocated = _allocated_in(node)
+
+    def bind(s: Any) -> Any:
+        binds.append(s)
+        return s
+
+    tvm_ffi.structural_map(node, [(tirx.Bind, bind), (tirx.BufferStore, bind)])
+    out: list[tuple[Any, Any]] = []
+    seen: list[Any] = []
+    for b in binds:
+        if isinstance(b, tirx.Bind):
+            key = b.var
+        elif _contains(allocated, b.buffer) and len(b.buffer.shape) == 1 and const_int(b.buffer.shape[0]) == 1:
+            key = b.buffer
+        else:
+            continue
+        if any(key.same_as(v) for v in seen):
+            out = [(k, v) for k, v in out if not k.same_as(key)]
+            continue
+        seen.append(key)
+        value = _inline_lets(b.value, out)
+        if any(not any(ld.source.same_as(k) for k, _ in out) for ld in loads_in(value)):
+            continue
+        out.append((key, value))
+    return out
+
+
+def _inline_lets(e: Any, lets: list[tuple[Any, Any]]) -> Any:
+    """``e`` with the temporaries of :func:`_let_values` replaced by their values."""
+    if not lets:
+        return e
+    vmap = {k: v for k, v in lets if not tirx.is_buffer_var(k)}
+    bufs = [(k, v) for k, v in lets if tirx.is_buffer_var(k)]
+
+    def load(ld: Any) -> Any:
+        for k, v in bufs:
+            if ld.source.same_as(k):
+                return v
+        return ld
+
+    if bufs:
+        e = tvm_ffi.structural_map(e, [(tvm.ir.TensorLoad, load)])
+    return substitute(e, vmap) if vmap else e
+
+
 def _contains(bufs: list[Any], buf: Any) -> bool:
     return any(b.same_as(buf) for b in bufs)
 
@@ -288,9 +338,18 @@ class LowerParallelCUDA(Rewriter):
         conds: list[Any] = []
         accesses = [(ld.source, list(ld.indices)) for ld in loads_in(body)]
         accesses += [(st.buffer, list(st.indices)) for st in _stores_in(body)]
+        # the conditions are tested before the nest: indices through scalars bound in the body (row = by * bM + i)
+        # are read through the bound values, and a condition still naming a body variable falls back to the guarded
+        # path (it used to reach codegen as "Buffer row_idx is used before its definition")
+        lets = _let_values(body)
+        inner = _defined_in(body) + _allocated_in(body)
         for buf, idx in accesses:
             if not (tirx.is_buffer_var(buf) and is_global(buf)):
                 continue
+            idx = [_inline_lets(i, lets) for i in idx]
+            if any(any(v.same_as(d) for d in inner) for i in idx for v in _free_vars(i)) or \
+                    any(_contains(inner, ld.source) for i in idx for ld in loads_in(i)):
+                return [tirx.const(False, "bool")]
             for i, n in zip(idx, buf.shape):
                 try:
                     iset = self.ana.int_set(i, dom)
