@@ -25,6 +25,7 @@ _LAZY = {
     "utils": ("tilelang_core.utils", None),
     "layout": ("tilelang_core.layout", None),
     "tvm": ("tilelang_core.tvm", None),
+    "transform": ("tilelang_core.transform", None),  # our passes; TileLang's spelling tilelang.transform.PassConfigKey
     "math": ("tilelang_core.math", None),
     "dtypes": ("tilelang_core.language.dtypes", None),
     "DataType": ("tilelang_core.language.dtypes", "dtype"),
