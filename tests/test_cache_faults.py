@@ -400,3 +400,7 @@ def test_kernel_sources_stay_readable_after_the_cache_folder_is_deleted(cache_di
         assert kernel.get_kernel_source(kind) == text and text
     assert kernel.sources["llvm"].text == expected["llvm"]
     check_scale(kernel, 640, 0.5)  # the loaded library keeps working too
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", cache.CacheWarning)
+        check_scale(compile_scale(704, 0.5), 704, 0.5)  # and the next compile makes the folder again
+    assert len(entries(cache_dir)) == 1
