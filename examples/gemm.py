@@ -73,7 +73,7 @@ def reference(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
 
 
 def check(kernel: Any, ref: Any, rtol: float = 1e-3, atol: float = 1e-3) -> None:
-    kernel.get_profiler().assert_allclose(ref, rtol=rtol, atol=atol)
+    kernel.get_profiler().assert_allclose(ref, rtol=rtol, atol=atol, max_mismatched_ratio=0)
 
 
 def main() -> None:

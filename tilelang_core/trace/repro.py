@@ -164,7 +164,7 @@ CHECK_MAIN = """def main() -> None:
     kernel = build(tilelang_core, module)
     reference = eval(REFERENCE, module.__dict__)  # noqa: S307
     try:
-        Profiler(kernel, seed=SEED).assert_allclose(reference, rtol=RTOL, atol=ATOL)
+        Profiler(kernel, seed=SEED).assert_allclose(reference, rtol=RTOL, atol=ATOL, max_mismatched_ratio=0)
     except AssertionError as err:
         same = normalise(str(err).splitlines()[0]) == normalise(EXPECTED_ERROR.splitlines()[0])
         print(f"reproduced {'the same' if same else 'a DIFFERENT'} failed check", file=sys.stderr)
