@@ -116,6 +116,8 @@ def _rewrite(ev: ExprEvaluator, node: Any) -> Any:
         node.slice = sl
         return node
     if isinstance(node, doc.Call) and node.args:
+        if not any(_as_value(ev, a) is not a for a in node.args):
+            return node  # no T.alloc_var argument: nothing to decide (the common case)
         f = _callee(ev, node.func)
         if f is None:
             return node
