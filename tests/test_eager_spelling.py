@@ -177,6 +177,16 @@ def test_parameters_annotated_with_python_types_are_compile_time_arguments():
     assert [p.name for p in kernel.params] == ["X", "Y"] and kernel.config["factor"] == 0.5
 
 
+def test_par_compile_builds_each_config_and_the_call_then_finds_it():
+    kernels = scaled.par_compile([dict(N=24, block=8), dict(N=40, block=8, factor=3.0), (torch.empty(10), 4)],
+                                 num_workers=2)
+    assert [k.params[0].shape for k in kernels] == [(24,), (40,), (10,)]
+    x = torch.randn(40)
+    assert scaled.compile(x, block=8, factor=3.0) is kernels[1]
+    torch.testing.assert_close(kernels[1](x), x * 3.0)
+    assert scaled.par_compile([dict(block=8)], ignore_error=True) == [None]  # N neither given nor readable
+
+
 def test_several_outputs_come_back_in_the_order_of_the_return():
     x = torch.randn(100)
     plus_one, twice = twice_and_plus_one(x)
@@ -294,7 +304,31 @@ def test_errors_in_an_eager_program_are_reported_at_the_users_line(program, mark
     assert err.location.line == marker_line(marker)
 
 
+def annotation_in_a_branch(A, wide=False):
+    N = T.const("N")
+    if wide:
+        A: T.Tensor((N, 2), "float32")  # DIAG:eager-branch
+    else:
+        A: T.Tensor((N,), "float32")
+    with T.Kernel(1) as bx:
+        A[bx] = 1.0
+
+
+def empty_in_a_macro(A):
+    N = T.const("N")
+    A: T.Tensor((N,), "float32")
+
+    @T.macro
+    def make():
+        return T.empty((N,), "float32")  # DIAG:eager-macro-empty
+
+    with T.Kernel(1) as bx:
+        A[bx] = 1.0
+
+
 @pytest.mark.parametrize("program,marker,fragment", [
+    (annotation_in_a_branch, "eager-branch", "with a statement of its own at the top of the body"),
+    (empty_in_a_macro, "eager-macro-empty", "T.empty declares an output of the kernel"),
     (declaration_after_the_kernel, "eager-late", "declare every parameter, size and output first"),
     (returns_a_non_output, "eager-return", "`return A` names no T.empty output"),
 ])

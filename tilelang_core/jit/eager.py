@@ -259,7 +259,7 @@ def _split(func: Callable[..., Any]) -> _Split:
         ret = body.pop()
         split.returns, split.return_tuple = _return_names(split, ret)
     for stmt in body:
-        for node in ast.walk(stmt):
+        for node in _walk_outside_functions(stmt):
             if isinstance(node, ast.Return):
                 raise split.error(node, f"{fdef.name}: an eager @jit function returns its T.empty outputs with "
                                         "one `return` at the end of its body")
@@ -289,11 +289,17 @@ def _split(func: Callable[..., Any]) -> _Split:
                 for n in re.split(r"[\s,]+", args[0].value.strip()):
                     if n:
                         split.const_sites.setdefault(n, stmt)
-    for stmt in split.kernel_body:
+    top_outputs = {id(stmt.value) for _, stmt in split.outputs}
+    for stmt in body:
         for node in ast.walk(stmt):
-            if _call_name(node) == "empty":
-                raise split.error(node, f"{fdef.name}: T.empty declares an output of the kernel; write it among "
-                                        "the declarations, before the kernel body")
+            if node is not stmt and _is_parameter_annotation(node, pset):
+                raise split.error(node, f"{fdef.name}: annotate parameter {node.target.id!r} with a statement of "
+                                        "its own at the top of the body (not inside if / for / with), so that "
+                                        "every call has the same kernel parameters")
+            if _call_name(node) == "empty" and id(node) not in top_outputs:
+                raise split.error(node, f"{fdef.name}: T.empty declares an output of the kernel: assign it to a "
+                                        "name with a statement of its own among the declarations, before the "
+                                        "kernel body (not inside a kernel, a branch or a macro)")
     out_names = [n for n, _ in split.outputs]
     if len(set(out_names)) != len(out_names):
         raise split.error(split.outputs[-1][1], f"{fdef.name}: two T.empty outputs share a name")
@@ -305,6 +311,16 @@ def _split(func: Callable[..., Any]) -> _Split:
             raise split.error(split.fdef, f"{fdef.name}: `return {n}` names no T.empty output; an eager "
                                           f"kernel returns the outputs it declares (here: {out_names or 'none'})")
     return split
+
+
+def _walk_outside_functions(node: ast.AST) -> Any:
+    """``ast.walk`` that does not enter nested ``def`` / ``lambda`` bodies (a macro's ``return`` is its own)."""
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        yield n
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(n))
 
 
 def _return_names(split: _Split, ret: ast.Return) -> tuple[list[str] | None, bool]:
@@ -606,6 +622,33 @@ class EagerJITFactory:
         """The compiled kernel for these arguments (tensors may be left out when their sizes are keywords)."""
         _, ct, values = self._resolve(args, kwargs)
         return self._kernel(ct, values)
+
+    def par_compile(self, configs: Any, num_workers: int | None = None, ignore_error: bool = False) -> list[Any]:
+        """TileLang's ``f.par_compile([...])``: ``[f.compile(**c) for c in configs]`` on ``num_workers`` threads (a
+        config is a dict of keywords or a tuple of positional arguments); with ``ignore_error`` a failed compile
+        gives None in its place."""
+        import os
+        from concurrent.futures import ThreadPoolExecutor
+
+        configs = list(configs)
+        for c in configs:
+            if not isinstance(c, (dict, tuple)):
+                raise TypeError(f"{self.factory.__name__}.par_compile: each config is a dict of keywords or a tuple "
+                                f"of arguments, got {c!r}")
+        if num_workers is not None and (not isinstance(num_workers, int) or num_workers < 1):
+            raise ValueError(f"par_compile num_workers: expected an int >= 1, got {num_workers!r}")
+
+        def one(c: Any) -> Any:
+            try:
+                return self.compile(**c) if isinstance(c, dict) else self.compile(*c)
+            except Exception:
+                if ignore_error:
+                    return None
+                raise
+
+        workers = min(len(configs), num_workers or os.cpu_count() or 1) or 1
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(one, configs))
 
     def _kernel(self, ct: dict[str, Any], values: dict[str, int]) -> Any:
         from . import _compile
