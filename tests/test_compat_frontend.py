@@ -290,3 +290,14 @@ def test_pointer_and_tile_annotations_are_refused_pointing_to_the_compat_page():
 
     with pytest.raises(TileLangCompileError, match=r"kernel parameter p: expected a tensor .* or a scalar"):
         with_handle(8)
+
+
+def test_profiler_with_scalars_and_symbolic_sizes():
+    x = torch.randn(50)
+    err = scale_shift(50).get_profiler().max_error(lambda x, alpha, n: x * alpha + n)  # scalars drawn as numbers
+    assert err["max_abs"] < 1e-5
+    prof = rows_plus_bias(16).get_profiler()
+    with pytest.raises(ValueError, match=r"input 'X' has the symbolic size m, so the profiler cannot draw its inputs"):
+        prof.max_error(lambda x, b: x + b)
+    x, b = torch.randn(9, 16), torch.randn(16)
+    assert prof.max_error(lambda x, b: x + b, inputs=[x, b])["max_abs"] < 1e-6

@@ -197,6 +197,12 @@ class Profiler:
 
     def make_inputs(self) -> list[Any]:
         """Fresh random tensors for the kernel's inputs."""
+        symbolic = [(p.name, d) for i in self.kernel.in_idx for p in [self.kernel.params[i]] for d in p.shape
+                    if isinstance(d, str)]
+        if symbolic:  # a kernel for any m: which m to draw is the caller's choice
+            name, d = symbolic[0]
+            raise ValueError(f"kernel {self.kernel.name}: input {name!r} has the symbolic size {d}, so the profiler "
+                             "cannot draw its inputs; pass them (input_tensors=[...] / inputs=[...])")
         g = self._gen()
         if self.supply_type is not None:
             from .utils.tensor import make_tensor
