@@ -202,6 +202,28 @@ def test_host_values_and_macros_after_the_declarations_see_the_sizes_and_the_par
     torch.testing.assert_close(doubled_by_a_macro(x), x * 3.0)
 
 
+@tilelang.jit
+def scale_any_length(X, alpha, block=16):
+    N = T.dynamic("N")
+    X: T.Tensor[(N,), T.float32]
+    alpha: T.float32
+    Y = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, block)) as bx:
+        for i in T.Parallel(block):
+            if bx * block + i < N:
+                Y[bx * block + i] = X[bx * block + i] * alpha
+    return Y
+
+
+def test_a_dynamic_size_gives_one_kernel_and_a_scalar_annotation_a_runtime_scalar():
+    for n, alpha in ((40, 1.5), (100, -2.0), (7, 0.25)):
+        x = torch.randn(n)
+        torch.testing.assert_close(scale_any_length(x, alpha), x * alpha)
+    kernel = scale_any_length.compile(block=16)
+    assert [p.name for p in kernel.params] == ["X", "alpha", "Y"] and kernel.params[1].shape == ()
+    assert "specialisation" in repr(scale_any_length) and len(scale_any_length._memory) == 1
+
+
 def test_a_size_only_in_an_output_is_given_as_a_keyword():
     torch.testing.assert_close(iota(N=40), torch.arange(40, dtype=torch.int32))
 

@@ -1,5 +1,5 @@
 """Element-wise add, eager spelling, twice: TileLang's examples/elementwise/example_elementwise_add.py (dtypes
-as call arguments, a shared staging tile), and one with annotations on the function's own parameters
+as call arguments, a shared staging tile), and one with subscript annotations on the function's own parameters
 under postponed annotations (``from __future__ import annotations``)."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def elementwise_add(A, B, block_M, block_N, in_dtype, out_dtype, threads):
 
 
 @tilelang.jit
-def axpy(X: T.Tensor((ROWS, COLS), T.float32), Y: T.Tensor((ROWS, COLS), T.float32), alpha: float = 2.0):
+def axpy(X: T.Tensor[(ROWS, COLS), T.float32], Y: T.Tensor[(ROWS, COLS), T.float32], alpha: float = 2.0):
     Out = T.empty((ROWS, COLS), T.float32)
     with T.Kernel(T.ceildiv(ROWS, 16), threads=128) as bx:
         for i, j in T.Parallel(16, COLS):
