@@ -127,6 +127,34 @@ def test_one_kernel_serves_every_symbolic_size(spelling):
     assert rows_plus_bias(16, spelling=spelling) is k  # no recompilation per size
 
 
+@tilelang.jit(out_idx=[-1], target="cpu")
+def gemm_dynamic_m(N, K, block_M=64, block_N=64, block_K=32):
+    m = T.dynamic("m")
+
+    @T.prim_func
+    def main(A: T.Tensor((m, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((m, N), "float32")):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(m, block_M), threads=128) as (bx, by):
+            A_s = T.alloc_shared((block_M, block_K), "float16")
+            B_s = T.alloc_shared((block_K, block_N), "float16")
+            C_f = T.alloc_fragment((block_M, block_N), "float32")
+            T.clear(C_f)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+                T.copy(A[by * block_M, k * block_K], A_s)
+                T.copy(B[k * block_K, bx * block_N], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C[by * block_M, bx * block_N])
+
+    return main
+
+
+def test_gemm_with_a_dynamic_m_handles_ragged_row_tiles():
+    k = gemm_dynamic_m(128, 64)
+    b = torch.randn(64, 128).half()
+    for m in (1, 100):
+        a = torch.randn(m, 64).half()
+        torch.testing.assert_close(k(a, b), a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+
+
 def test_symbolic_size_must_agree_across_arguments():
     k = rows_plus_bias(16)
     with pytest.raises(ValueError, match=r"argument 'Y': dimension 0 is the symbolic size m, which argument 'X' "

@@ -17,7 +17,14 @@ from tilelang_core.backend.cuda import find_nvcc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from test_compat_frontend import chained, flat_plus_one, rows_plus_bias, scale_shift, var_scalars  # noqa: E402
+from test_compat_frontend import (  # noqa: E402
+    chained,
+    flat_plus_one,
+    gemm_dynamic_m,
+    rows_plus_bias,
+    scale_shift,
+    var_scalars,
+)
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found: the CUDA compile checks need the CUDA "
                                                              "toolkit, not a GPU")
@@ -70,7 +77,7 @@ def test_let_bound_index_in_a_ragged_parallel_nest_emulates_correctly_for_cuda()
 
 
 @needs_nvcc
-@pytest.mark.parametrize("case", ["if_range", "scalars", "symbolic", "view", "chained", "var"])
+@pytest.mark.parametrize("case", ["if_range", "scalars", "symbolic", "gemm_m", "view", "chained", "var"])
 def test_compiles_for_cuda(case):
     if case == "if_range":
         src = cuda_source(if_range, 128, 128, 32, 32)  # was "Buffer row_idx is used before its definition"
@@ -92,6 +99,9 @@ def test_compiles_for_cuda(case):
         from tilelang_core.runtime.exported import launch_grid
 
         assert launch_grid(meta["grid"], {"m": 17}) == (3, 1, 1)
+    elif case == "gemm_m":
+        src = cuda_source(gemm_dynamic_m, 128, 64)  # a dynamic M: guarded ragged row tiles, grid (2, (m + 63) // 64)
+        assert "int m" in src
     elif case == "view":
         src = cuda_source(flat_plus_one, 4, 8)
         assert "A_flat" in src or "A_ptr" in src

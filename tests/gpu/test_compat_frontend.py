@@ -21,6 +21,7 @@ from test_compat_frontend import (  # noqa: E402
     chained,
     copy_strided,
     flat_plus_one,
+    gemm_dynamic_m,
     rows_plus_bias,
     scale_shift,
     var_scalars,
@@ -93,3 +94,11 @@ def test_exported_kernel_with_scalars_and_symbolic_sizes(tmp_path, monkeypatch):
     for m in (3, 777):
         x, b = randn(m, 64), randn(64)
         assert_written_and_close(mod.kernel(x, b), x + b, 1e-6, 1e-6)
+
+
+@pytest.mark.parametrize("m", [1, 100, 1000])
+def test_gemm_with_a_dynamic_m(m):
+    a, b = randn(m, 64, dtype=torch.float16), randn(64, 128, dtype=torch.float16)
+    c = poisoned((m, 128), torch.float32)
+    cuda(gemm_dynamic_m)(128, 64)(a, b, c)
+    assert_written_and_close(c, a.float() @ b.float(), 1e-2, 1e-2)
