@@ -162,7 +162,8 @@ def test_quickstart_gemm_compiles_to_hgmma_for_sm90a(tmp_path, args, instr):
     art, src = _build(tmp_path, args)
     assert "tl::wgmma_gemm_ss<" in src and "__align__(1024)" in src
     meta = art.extra["cuda"]
-    assert meta["arch"] == "sm_90a" and "compute_90a" in " ".join(meta["nvcc_command"])
+    cmd = " ".join(meta["nvcc_command"])
+    assert meta["arch"] == "sm_90a" and ("compute_90a" in cmd or "--gpu-architecture=sm_90a" in cmd)
     assert "0 bytes spill stores" in meta["ptxas_info"]
     dis = _cuobjdump()
     if dis is None:

@@ -3,6 +3,8 @@ cubin is the same with or without it; ``compiler="auto"`` prefers NVRTC when it 
 
 from __future__ import annotations
 
+import tempfile
+
 import pytest
 
 import tilelang_core as tilelang
@@ -46,6 +48,14 @@ def test_header_cache_folder_depends_on_headers_and_options(tmp_path, monkeypatc
     assert a is not None and b is not None and a != b
     monkeypatch.setattr(nvcc, "_headers_digest", lambda: "edited headers")
     assert header_cache_dir(tmp_path, ["--gpu-architecture=sm_90"]) != a
+
+
+def test_default_header_cache_is_private_to_the_process(cuda_gemm, tmp_path):
+    src = cuda_gemm.artifact.path / cuda_gemm.artifact.sources["cuda"]
+    compile_cubin(src, tmp_path / "k.cubin", "sm_80", compiler="nvrtc")
+    root = nvcc._private_header_root()
+    assert list(root.glob("nvrtc-pch/*/*.pch")) and str(root).startswith(tempfile.gettempdir())
+    assert (root.stat().st_mode & 0o077) == 0  # mkdtemp: this user only
 
 
 def test_unusable_header_cache_folder_means_no_header_cache(tmp_path):

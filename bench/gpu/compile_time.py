@@ -11,9 +11,11 @@ quickstart GEMM (fp16 4096^3, three tile configs), flash attention (two configs)
 * disk: a new ``JITFactory`` on the same cache (what a new process pays once TVM is imported);
 * memory: the same ``JITFactory`` called again;
 
-with nvcc and with NVRTC where both are available. tilelang_core picks NVRTC only when no nvcc is found and has
-no switch to ask for it; this script makes the search come back empty (``backend.cuda.nvcc.find_nvcc``) for the
-NVRTC rows, and checks the artifact's recorded command says which compiler ran. Triton (GPU host only: it compiles
+with nvcc and with NVRTC where both are available (``pass_configs={"tl.cuda.compiler": ...}``; the artifact's
+recorded command says which ran). Each cold run has an empty kernel cache; NVRTC's precompiled headers live for
+the process (NVRTC deletes them at exit), made by the warm-up's compiles (a small kernel and a small wgmma GEMM:
+``tl/tl.cuh`` and ``tl/tl_sm90.cuh``), so a cold row is a new configuration in a running session; the warm-up
+line is what a process's first kernel pays. Triton (GPU host only: it compiles
 for the visible GPU): the tutorial GEMM of ``triton_ref.py`` with the same tiles, cold (fresh ``TRITON_CACHE_DIR``),
 from Triton's disk cache (a new ``JITFunction`` of the same function) and cached in memory (host time of a call).
 
@@ -52,12 +54,14 @@ CONFIGS = (
     "gemm_f16_4096x4096x4096_128x128x32s4t128",
     "gemm_f16_4096x4096x4096_128x256x32s4t256",
     "gemm_f16_4096x4096x4096_128x128x32s3t128",
+    "gemm_f16_4096x4096x4096_128x128x64s3t128",
     "fa_f16_8x16x4096x128_128x64s2t128",
     "fa_f16_8x32x2048x64_128x64s2t128",
     "dq_f16_16x8192x8192_g-1_16x128x256s3t128",
     "dq_f16_16x8192x8192_g128_16x128x256s3t128",
 )
-WARMUP = "t_add_1d_ragged"  # a small kernel compiled first: TVM's first-use costs are not any config's
+# compiled first (TVM's first-use costs and the header caches are not any config's): a small kernel, a small GEMM
+WARMUP = ("t_add_1d_ragged", "gemm_f16_ragged_k")
 
 
 @dataclass
@@ -103,19 +107,21 @@ def _nvrtc_importable() -> bool:
 
 @contextlib.contextmanager
 def compiler(name: str) -> Iterator[None]:
-    """Compile with ``name``: nvcc is what tilelang_core picks when it finds one; for NVRTC the nvcc search is made
-    to come back empty for the block (tilelang_core offers no switch for it)."""
-    if name == "nvcc":
-        yield
-        return
-    from tilelang_core.backend.cuda import nvcc as mod
-
-    saved = mod.find_nvcc
-    mod.find_nvcc = lambda: None
+    """Compile with ``name`` (``pass_configs={"tl.cuda.compiler": name}``, read by :func:`fresh_factory`)."""
+    global COMPILER
+    saved, COMPILER = COMPILER, name
     try:
         yield
     finally:
-        mod.find_nvcc = saved
+        COMPILER = saved
+
+
+COMPILER = "auto"
+
+
+def fresh_cache(scratch: Path, prefix: str) -> Path:
+    """An empty kernel cache (NVRTC's precompiled headers are the process's own: see warm_up)."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=scratch))
 
 
 # -- our compile times --------------------------------------------------------------------------------------------
@@ -124,8 +130,9 @@ def fresh_factory(entry: Entry, target: dict[str, Any]) -> Any:
     import tilelang_core
 
     base = load_factory(entry)
-    return tilelang_core.jit(out_idx=base.out_idx, target=target,
-                             pass_configs=entry.pass_configs or None)(base.factory)
+    configs = dict(entry.pass_configs or {})
+    configs["tl.cuda.compiler"] = COMPILER
+    return tilelang_core.jit(out_idx=base.out_idx, target=target, pass_configs=configs)(base.factory)
 
 
 def timed_call(factory: Any, entry: Entry) -> tuple[float, Any]:
@@ -142,7 +149,7 @@ def measure(entry: Entry, comp: str, target: dict[str, Any], scratch: Path, repe
     cache = scratch
     with compiler(comp):
         for _ in range(repeat):
-            cache = Path(tempfile.mkdtemp(prefix=f"{comp}-", dir=scratch))
+            cache = fresh_cache(scratch, f"{comp}-")
             with jit_build.environ({"TILELANG_CORE_CACHE_DIR": str(cache)}):
                 secs, kern = timed_call(fresh_factory(entry, target), entry)
             if kern.cache_status != "compiled":
@@ -165,11 +172,13 @@ def measure(entry: Entry, comp: str, target: dict[str, Any], scratch: Path, repe
 
 
 def warm_up(target: dict[str, Any], scratch: Path) -> float:
-    """Import TVM and compile one small kernel (into a throwaway cache): the first call's one-time costs."""
-    entry = {e.name: e for e in entries()}[WARMUP]
+    """Import TVM and compile a small kernel and a small GEMM (into a throwaway kernel cache): the first call's
+    one-time costs, NVRTC's precompiled headers included."""
+    by_name = {e.name: e for e in entries()}
     t0 = time.perf_counter()
-    with jit_build.environ({"TILELANG_CORE_CACHE_DIR": str(Path(tempfile.mkdtemp(prefix="warmup-", dir=scratch)))}):
-        timed_call(fresh_factory(entry, target), entry)
+    with jit_build.environ({"TILELANG_CORE_CACHE_DIR": str(fresh_cache(scratch, "warmup-"))}):
+        for name in WARMUP:
+            timed_call(fresh_factory(by_name[name], target), by_name[name])
     return time.perf_counter() - t0
 
 
@@ -304,8 +313,10 @@ def verdict(rows: list[Row]) -> str:
 # -- the run ------------------------------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--arch", default="sm_90")
-    p.add_argument("--repeat", type=int, default=3, help="cold compiles per config and compiler (median); default 3")
+    p.add_argument("--arch", default=None, help="e.g. sm_90a; default: what target='cuda' resolves to")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="cold compiles per config and compiler (median); default 1 (a repeat compiles the same "
+                        "program again in this process, which NVRTC may serve faster than a new one)")
     p.add_argument("--compilers", nargs="*", default=["nvcc", "nvrtc"], choices=["nvcc", "nvrtc"])
     p.add_argument("--only", nargs="*", default=None, help="configs whose name contains a substring")
     p.add_argument("--no-triton", action="store_true")
@@ -316,7 +327,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def measure_ours(args: argparse.Namespace, todo: list[Entry], scratch: Path) -> list[Row]:
     """Every config with every available compiler, printing each as it is measured."""
-    target = {"kind": "cuda", "arch": args.arch}
+    target = {"kind": "cuda", "arch": args.arch} if args.arch else {"kind": "cuda"}
     avail = available_compilers()
     rows: list[Row] = []
     for comp in args.compilers:

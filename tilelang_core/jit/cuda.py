@@ -42,9 +42,7 @@ def build_artifact(func: Any, out_dir: Any, target: dict[str, Any], specs: list[
     t0 = time.perf_counter()
     mod = cuda_backend.lower(func, arch=arch, options=opts)
     timings["lower"] = time.perf_counter() - t0
-    header_cache = cache.cache_dir() if cache.disk_cache_enabled() else None  # NVRTC's precompiled headers
-    build = cuda_backend.build(mod, out_dir, arch, compile=compile_cubin, options=opts, flags=compile_flags,
-                               header_cache=header_cache)
+    build = cuda_backend.build(mod, out_dir, arch, compile=compile_cubin, options=opts, flags=compile_flags)
     timings.update(build.timings)
     (out_dir / "lowered.tir.py").write_text(mod.script())
     meta = build.launch_meta()

@@ -59,12 +59,13 @@ def lower(func: Any, record: Any = None, arch: str = "sm_90", options: Any = Non
 
 
 def _wgmma_source(source: str) -> str:
-    """A kernel calling ``tl::wgmma_gemm_ss`` includes ``tl/wgmma.cuh`` (its per-shape PTX wrappers are large:
-    other kernels do not parse them) and declares its dynamic shared memory 1024-byte aligned (the wgmma swizzle
-    atoms repeat every 1024 bytes of the shared address space; tl.LowerSharedMemoryCUDA places the tiles so)."""
+    """A kernel calling ``tl::wgmma_gemm_ss`` starts with ``tl/tl_sm90.cuh`` (tl.cuh and ``tl/wgmma.cuh``, whose
+    per-shape PTX wrappers are large: other kernels do not parse them; one first include, so NVRTC's precompiled
+    header holds them) and declares its dynamic shared memory 1024-byte aligned (the wgmma swizzle atoms repeat
+    every 1024 bytes of the shared address space; tl.LowerSharedMemoryCUDA places the tiles so)."""
     if "tl::wgmma_gemm_ss" not in source:
         return source
-    source = source.replace(HEADER, HEADER + '#include "tl/wgmma.cuh"\n', 1)
+    source = source.replace(HEADER, '#include "tl/tl_sm90.cuh"\n', 1)
     return re.sub(r"extern\s+__shared__\s+(__align__\(\d+\)\s+)?", "extern __shared__ __align__(1024) ", source)
 
 

@@ -3,11 +3,13 @@ places). No GPU or driver is needed for either; the command line is recorded in 
 reproduced by hand.
 
 ``compiler="auto"`` takes NVRTC when it is installed, else nvcc. NVRTC runs in-process (no process start, no host
-compilation pass, no ``cuda_runtime.h``), and with a header cache it parses our templates and CUDA's headers once:
-NVRTC's automatic precompiled header covers a source's first ``#include`` (``tl/tl.cuh``, which includes every
-standard header the generated preamble needs), stored in a folder keyed by the headers' contents, NVRTC's version
-and the options, so an edited header or another toolkit never reuses a stale one. The cubin is the same byte for
-byte with or without it (``bench/gpu/compile_probe.py`` checks).
+compilation pass, no ``cuda_runtime.h``), and keeps a header cache for the process: NVRTC's automatic precompiled
+header covers a source's first ``#include`` (``tl/tl.cuh``, or ``tl/tl_sm90.cuh`` for wgmma kernels; they include
+every standard header the generated preamble needs), so the second and later kernels of a session skip parsing
+our templates and CUDA's headers. NVRTC deletes the files it made when the process exits, so the folder is private
+to the process (keyed inside by the headers' contents, NVRTC's version and the options: an edited header never
+reuses a stale one). The cubin is the same byte for byte with or without it (``bench/gpu/compile_probe.py``
+checks; ``tests/test_nvrtc_header_cache.py``).
 """
 
 from __future__ import annotations
@@ -142,7 +144,8 @@ def resolve_compiler(compiler: str = "auto") -> str:
 def compile_cubin(source: Path, output: Path, arch: str, compiler: str = "auto",
                   flags: list[str] | None = None, header_cache: Path | None = None) -> tuple[list[str], str]:
     """Compile ``source`` to ``output`` (``flags``: extra compiler options); returns (command, compiler messages:
-    ptxas resource usage). ``header_cache``: a folder for NVRTC's precompiled headers (None: none kept)."""
+    ptxas resource usage). ``header_cache``: the folder for NVRTC's precompiled headers (None: this process's
+    private one)."""
     if resolve_compiler(compiler) == "nvrtc":
         return _compile_nvrtc(source, output, arch, flags, header_cache)
     nvcc = find_nvcc()
@@ -203,6 +206,17 @@ def header_cache_dir(root: Path, opts: list[str]) -> Path | None:
     except OSError:
         return None
     return path
+
+
+@functools.lru_cache(maxsize=1)
+def _private_header_root() -> Path:
+    """This process's folder for NVRTC's precompiled headers (removed at exit, as NVRTC removes their files)."""
+    import atexit
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="tilelang_core_nvrtc_pch_"))
+    atexit.register(shutil.rmtree, root, True)
+    return root
 
 
 @contextlib.contextmanager
@@ -267,7 +281,7 @@ def _compile_nvrtc(source: Path, output: Path, arch: str, flags: list[str] | Non
     from cuda.bindings import nvrtc
 
     opts = [*_nvrtc_options(arch), *(flags or [])]
-    pch_dir = header_cache_dir(header_cache, opts) if header_cache is not None else None
+    pch_dir = header_cache_dir(header_cache if header_cache is not None else _private_header_root(), opts)
     prog, log = _nvrtc_program(source, opts, pch_dir)
     err, size = nvrtc.nvrtcGetCUBINSize(prog)
     _check_nvrtc(err, "nvrtcGetCUBINSize")
