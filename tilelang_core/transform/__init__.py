@@ -12,6 +12,7 @@ from .localize_buffers_cpu import localize_buffers_cpu
 from .lower_kernel_grid_cpu import lower_kernel_grid_cpu
 from .lower_parallel_cpu import lower_parallel_cpu
 from .lower_tile_ops_cpu import lower_tile_ops_cpu
+from .promote_index_int64 import check_index_extents, promote_index_int64
 from .serialize_small_grids_cpu import serialize_small_grids_cpu
 from .split_div_mod_cpu import split_div_mod_cpu
 from .validate_tile_ops import validate_tile_ops
@@ -23,6 +24,7 @@ def cpu_passes(vector_bytes: int) -> list[tuple[str, Any]]:
     Python calls (not TVM module passes) so our errors keep their class."""
     return [
         ("tl.ValidateTileOps", validate_tile_ops),
+        ("tl.CheckIndexExtents", check_index_extents),
         ("tl.LowerKernelGridCPU", lower_kernel_grid_cpu),
         ("tl.LowerTileOpsCPU", lambda f: lower_tile_ops_cpu(f, vector_bytes)),
         ("tl.SplitDivModCPU", split_div_mod_cpu),
@@ -32,6 +34,7 @@ def cpu_passes(vector_bytes: int) -> list[tuple[str, Any]]:
         ("tl.LocalizeBuffersCPU", localize_buffers_cpu),
         ("tl.FastExpCPU", fast_exp_cpu),
         ("tl.FP8CastCPU", fp8_cast_cpu),
+        ("tl.PromoteIndexInt64", promote_index_int64),
     ]
 
 
@@ -54,6 +57,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
     opts = resolve(options)
     return [
         ("tl.ValidateTileOps", validate_tile_ops),
+        ("tl.CheckIndexExtents", check_index_extents),
         ("tl.LowerKernelLaunchCUDA", lower_kernel_launch_cuda),
         ("tl.InferFragmentLayoutsCUDA", lambda f: infer_fragment_layouts_cuda(f, arch, opts)),
         ("tl.FuseDequantGemmCUDA", lambda f: fuse_dequant_gemm_cuda(f, arch, opts)),
@@ -63,10 +67,12 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
         ("tl.LowerParallelCUDA", lower_parallel_cuda),
         ("tl.LowerSharedMemoryCUDA", lambda f: lower_shared_memory_cuda(f, arch)),
         ("tl.FastExpCUDA", fast_exp_cuda),
+        ("tl.PromoteIndexInt64", promote_index_int64),
     ]
 
 
 __all__ = ["cpu_passes", "cuda_passes", "validate_tile_ops", "lower_kernel_grid_cpu", "lower_tile_ops_cpu",
            "lower_parallel_cpu", "split_div_mod_cpu",
            "localize_buffers_cpu", "fast_exp_cpu", "clamp_guarded_loops_cpu",
-           "fp8_cast_cpu", "PassConfigKey", "serialize_small_grids_cpu"]
+           "fp8_cast_cpu", "PassConfigKey", "serialize_small_grids_cpu",
+           "check_index_extents", "promote_index_int64"]
