@@ -71,8 +71,8 @@ def test_let_bound_index_in_a_ragged_parallel_nest_emulates_correctly_for_cuda()
     (ragged sizes: the guarded path; the emulator runs the CUDA-bound TIR thread by thread)."""
     from cuda_emulator import emulate
 
-    a = torch.randn(40, 24, dtype=torch.float16)
-    out, = emulate(tilelang.jit(out_idx=[1], target="cuda")(if_range.factory), (40, 24, 32, 32), {}, [a])
+    a = torch.randn(24, 20, dtype=torch.float16)  # one ragged 32 x 32 block: rows 0..16 and 17..23 take both branches
+    out, = emulate(tilelang.jit(out_idx=[1], target="cuda")(if_range.factory), (24, 20, 32, 32), {}, [a])
     torch.testing.assert_close(out, _if_range_ref(a))
 
 
