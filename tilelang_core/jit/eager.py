@@ -488,6 +488,8 @@ class EagerJITFactory:
         self._signature = inspect.signature(factory)
         self._templates: dict[Any, _Template] = {}
         self._memory: dict[Any, Any] = {}
+        self._calls: dict[Any, Any] = {}  # call form -> (kernel, where each runtime argument is in the call)
+        self._runtime_set = frozenset(self._split.runtime_params)
         functools.update_wrapper(self, factory)
 
     # binding ------------------------------------------------------------------------------------------------
@@ -706,6 +708,11 @@ class EagerJITFactory:
         return opts
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        fast = self._call_form(args, kwargs)
+        hit = self._calls.get(fast) if fast is not None else None
+        if hit is not None:  # the same call form as before: no binding, no key building
+            kernel, where = hit
+            return self._returned(kernel(*(args[w] if isinstance(w, int) else kwargs[w] for w in where)))
         rt, ct, values = self._resolve(args, kwargs)
         missing = [p for p in self._split.runtime_params if p not in rt]
         if missing:
@@ -714,7 +721,33 @@ class EagerJITFactory:
                             f"kernel; use {self.factory.__name__}.compile(...) to compile without running)")
         kernel = self._kernel(ct, values)
         result = kernel(*(rt[p] for p in self._split.runtime_params))
+        if fast is not None:
+            if len(self._calls) >= 256:
+                self._calls.clear()
+            pos = {p: i for i, p in enumerate(self._split.params[:len(args)])}
+            self._calls[fast] = (kernel, [pos.get(p, p) for p in self._split.runtime_params])
         return self._returned(result)
+
+    def _call_form(self, args: tuple, kwargs: dict) -> Any:
+        """A hashable key of a call: the compile-time values with their types (so ``1``, ``1.0`` and ``True``
+        differ) and each runtime argument's type, shape and dtype (they fix the ``T.const`` sizes). None when a
+        value is not hashable (the call then takes the full path)."""
+        runtime = self._runtime_set
+        params = self._split.params
+        if len(args) > len(params):
+            return None
+        parts = []
+        for name, v in zip(params, args):
+            parts.append(_runtime_key(v) if name in runtime else (type(v), v))
+        for k in kwargs:
+            v = kwargs[k]
+            parts.append((k, _runtime_key(v) if k in runtime else (type(v), v)))
+        key = (len(args), tuple(parts))
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
 
     def _returned(self, result: Any) -> Any:
         names = [n for n, _ in self._split.outputs]
@@ -739,6 +772,14 @@ class EagerJITFactory:
     def __repr__(self) -> str:
         return (f"<tilelang_core.jit eager function {self.factory.__name__}, {len(self._memory)} specialisation(s) "
                 "cached>")
+
+
+def _runtime_key(v: Any) -> Any:
+    """What of a runtime argument decides the kernel: a tensor's shape and dtype (its sizes), else its type."""
+    shape = getattr(v, "shape", None)
+    if shape is not None:
+        return (type(v), tuple(shape), str(getattr(v, "dtype", "")))
+    return type(v)
 
 
 def _shape_of(annotation: Any) -> tuple:
