@@ -27,15 +27,22 @@ What TileLang does (``tilelang/jit/__init__.py``, ``tilelang/language/eager/``),
   ``out_idx`` (so ``out_idx=`` on the decorator is refused, as in TileLang). Calling the decorated function runs
   the kernel on the arguments and returns what ``return`` names; ``.compile(...)`` returns the kernel instead.
 
+* ``T.annotate_pass_configs`` / ``T.annotate_compile_flags`` in the body add compiler options (the decorator's
+  ``pass_configs`` win).
+
 How: the body is split, once, into its *declarations* (the leading statements up to the last tensor annotation,
-``T.empty`` or ``T.const``; plain Python, run as a function compiled from the user's own AST, so tracebacks and
-diagnostics point at the user's lines) and the *kernel body* (everything after, without the final ``return``). The
-kernel body is handed to TVMScript's parser as the body of a ``@T.prim_func`` whose parameters are the annotated
-parameters and the outputs, with the declarations' values in scope, through a parser ``Source`` that keeps the
-user's file and line numbers. The rest (lowering, caches, the kernel object) is the classic path's.
+``T.empty``, ``T.const`` or ``T.annotate_*``, then the plain-Python statements right after them: values, imports,
+``@T.macro`` helpers; run as a function compiled from the user's own AST, so tracebacks and diagnostics point at
+the user's lines) and the *kernel body* (everything after, without the final ``return``). The kernel body is handed
+to TVMScript's parser as the body of a ``@T.prim_func`` whose parameters are the annotated parameters and the
+outputs (the very buffer objects the declarations made, so helpers closing over them see the parameters), with the
+declarations' names in scope, through a parser ``Source`` that keeps the user's file and line numbers. The rest
+(lowering, caches, the kernel object) is the classic path's. Misplaced declarations are located errors when the
+function is decorated.
 
 Finding each ``T.const``'s tensor dimension runs the declarations once with symbolic sizes (per distinct set of
-compile-time arguments); building the program runs them again with the values.
+compile-time arguments); building the program runs them again with the values. A call form seen before (the same
+compile-time values, tensors of the same shapes and dtypes) goes straight to its kernel.
 """
 
 from __future__ import annotations
