@@ -329,3 +329,26 @@ def test_profiler_with_scalars_and_symbolic_sizes():
         prof.max_error(lambda x, b: x + b)
     x, b = torch.randn(9, 16), torch.randn(16)
     assert prof.max_error(lambda x, b: x + b, inputs=[x, b])["max_abs"] < 1e-6
+
+
+@tilelang.jit(out_idx=[-1], target="cpu")
+def prefix_count(M):
+    @T.prim_func
+    def main(A: T.Tensor((M,), "float32"), n: T.Tensor((1,), "int32"), B: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=32) as _bx:
+            cnt = T.alloc_var("int32")
+            acc = T.alloc_var("float32")
+            cnt = n[0]
+            acc = 0.0
+            for i in T.serial(cnt):  # a T.alloc_var as a loop bound
+                if acc < 100.0:
+                    acc += A[i]
+            B[0] = acc
+
+    return main
+
+
+def test_alloc_var_as_a_loop_bound_and_in_a_condition():
+    a = torch.rand(32)
+    out = prefix_count(32)(a, torch.tensor([11], dtype=torch.int32))
+    torch.testing.assert_close(out, a[:11].sum().reshape(1), rtol=1e-5, atol=1e-5)

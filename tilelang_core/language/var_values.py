@@ -9,7 +9,8 @@ evaluator to read such a name as ``acc[0]`` where a value is wanted:
 * an operand of an arithmetic, comparison, boolean or unary operator;
 * an index of a subscript (``A[acc]``, ``A[i, acc]``, slice bounds);
 * an argument of a scalar function: ``T.if_then_else``, ``T.max``, ``T.exp`` ... (our math module, TVM's TIR
-  operators and dtype casts), and the value (second) argument of ``T.fill`` / ``T.atomic_*``.
+  operators and dtype casts), a loop bound (``T.serial``, ``T.unroll``, ``T.Pipelined``, ``T.grid``, ``range``), and
+  the value (second) argument of ``T.fill`` / ``T.atomic_*``.
 
 Everywhere else the name is still the buffer (``acc[0]``, ``T.copy``, a macro argument), so existing programs
 keep their meaning. Only buffers of scope ``local.var`` (what ``T.alloc_var`` allocates) are read this way.
@@ -65,6 +66,10 @@ def _scalar_callee(f: Any) -> bool:
     mod = getattr(f, "__module__", "") or ""
     if mod.startswith(_SCALAR_MODULES):
         return True
+    from . import loops
+
+    if any(f is g for g in (loops.serial, loops.unroll, loops.Pipelined, loops.grid, range)):
+        return True  # loop bounds: for i in T.serial(n_valid)
     # dtype constructors / casts: T.float32(x), T.int32(x) (TVMScript's or tilelang_core's str-like dtypes)
     name = getattr(f, "__name__", None) or str(f)
     try:
