@@ -12,6 +12,7 @@ from .localize_buffers_cpu import localize_buffers_cpu
 from .lower_kernel_grid_cpu import lower_kernel_grid_cpu
 from .lower_parallel_cpu import lower_parallel_cpu
 from .lower_tile_ops_cpu import lower_tile_ops_cpu
+from .nan_skipping_minmax import nan_skipping_minmax
 from .promote_index_int64 import check_index_extents, promote_index_int64
 from .serialize_small_grids_cpu import serialize_small_grids_cpu
 from .split_div_mod_cpu import split_div_mod_cpu
@@ -32,6 +33,7 @@ def cpu_passes(vector_bytes: int) -> list[tuple[str, Any]]:
         ("tl.ClampGuardedLoopsCPU", clamp_guarded_loops_cpu),
         ("tl.SerializeSmallGridsCPU", serialize_small_grids_cpu),
         ("tl.LocalizeBuffersCPU", localize_buffers_cpu),
+        ("tl.NanSkippingMinMax", nan_skipping_minmax),
         ("tl.FastExpCPU", fast_exp_cpu),
         ("tl.FP8CastCPU", fp8_cast_cpu),
         ("tl.PromoteIndexInt64", promote_index_int64),
@@ -66,6 +68,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
         ("tl.LowerTileOpsCUDA", lower_tile_ops_cuda),
         ("tl.LowerParallelCUDA", lower_parallel_cuda),
         ("tl.LowerSharedMemoryCUDA", lambda f: lower_shared_memory_cuda(f, arch)),
+        ("tl.NanSkippingMinMax", lambda f: nan_skipping_minmax(f, cuda=True)),
         ("tl.FastExpCUDA", fast_exp_cuda),
         ("tl.PromoteIndexInt64", promote_index_int64),
     ]
@@ -75,4 +78,4 @@ __all__ = ["cpu_passes", "cuda_passes", "validate_tile_ops", "lower_kernel_grid_
            "lower_parallel_cpu", "split_div_mod_cpu",
            "localize_buffers_cpu", "fast_exp_cpu", "clamp_guarded_loops_cpu",
            "fp8_cast_cpu", "PassConfigKey", "serialize_small_grids_cpu",
-           "check_index_extents", "promote_index_int64"]
+           "check_index_extents", "promote_index_int64", "nan_skipping_minmax"]
