@@ -34,3 +34,15 @@ def test_cuda_kernel_writes_the_last_row_of_a_tensor_past_two_to_the_31_elements
     finally:
         del A
         torch.cuda.empty_cache()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_cuda_elementwise_max_min_and_relu_skip_nan_in_either_operand(dtype):
+    from test_nan_minmax import DTYPES, _expected, _inputs, minmax_both_orders
+
+    M, N = 48, 40
+    A, B = _inputs(M, N, DTYPES[dtype])
+    kernel = tilelang.jit(out_idx=[-1], target="cuda")(minmax_both_orders.factory)(M, N, dtype)
+    out = kernel(A.cuda(), B.cuda()).cpu()
+    torch.testing.assert_close(out, _expected(A, B), rtol=0, atol=0, equal_nan=True)
+    assert not out[4].isnan().any()  # ReLU(NaN) = 0
