@@ -4,8 +4,8 @@ both spellings, run with ``tilelang_core`` installed under the name ``tilelang``
 The programs are ``tests/import_swap/programs/*.py`` (GEMM classic and eager, transposed operands, split-K,
 softmax, RMSNorm, LayerNorm, GEMV, element-wise, flash attention); each has ``run(device)`` that checks its
 kernels against torch. They run in one child interpreter (``run_programs.py``) where ``tilelang_alias.install()``
-makes ``tilelang`` mean ``tilelang_core``, so this process's modules are untouched. ``tests/gpu/test_import_swap.py``
-runs the same programs on a GPU.
+makes ``tilelang`` mean ``tilelang_core``, so this process's modules are untouched. ``tests/test_import_swap_cuda.py``
+compiles their kernels for CUDA with nvcc; ``tests/gpu/test_import_swap.py`` runs the programs on a GPU.
 """
 
 from __future__ import annotations
@@ -79,3 +79,4 @@ def test_the_alias_gives_tilelang_cores_own_module_objects():
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "alias ok" in proc.stdout, proc.stderr[-3000:]
+
