@@ -484,3 +484,10 @@ def test_compile_flags_from_the_body_on_the_cpu_are_refused_at_their_line():
     with pytest.raises(TileLangCompileError) as info:
         tilelang.jit(target="cpu")(with_body_flags)(torch.randn(4))
     assert "nvcc/NVRTC flags" in str(info.value) and info.value.location.line == marker_line("eager-flags")
+
+
+def test_a_factory_without_readable_source_stays_classic():
+    namespace: dict = {}
+    exec("def made_at_runtime(n):\n    return None\n", namespace)  # noqa: S102 (no source file to read)
+    f = tilelang.jit(namespace["made_at_runtime"])
+    assert not isinstance(f, EagerJITFactory)

@@ -87,7 +87,7 @@ def _function_ast(func: Callable[..., Any]) -> tuple[Any, ast.FunctionDef] | Non
 
         src = Source(func)
         tree = ast.parse(src.source)
-    except (OSError, TypeError, SyntaxError, IndentationError):
+    except Exception:  # noqa: BLE001 - no readable source (exec'd code, a notebook cell TVMScript cannot find ...)
         return None
     fdefs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     if len(fdefs) != 1 or fdefs[0].name != func.__name__:
