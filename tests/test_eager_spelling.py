@@ -348,7 +348,15 @@ def empty_in_a_macro(A):
         A[bx] = 1.0
 
 
+def star_args(A, *rest):  # DIAG:eager-star
+    N = T.const("N")
+    A: T.Tensor((N,), "float32")
+    with T.Kernel(1) as bx:
+        A[bx] = 1.0
+
+
 @pytest.mark.parametrize("program,marker,fragment", [
+    (star_args, "eager-star", "cannot take *args or **kwargs"),
     (annotation_in_a_branch, "eager-branch", "with a statement of its own at the top of the body"),
     (empty_in_a_macro, "eager-macro-empty", "T.empty declares an output of the kernel"),
     (declaration_after_the_kernel, "eager-late", "declare every parameter, size and output first"),
