@@ -11,9 +11,7 @@ compiles their kernels for CUDA with nvcc; ``tests/gpu/test_import_swap.py`` run
 from __future__ import annotations
 
 import ast
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -56,27 +54,7 @@ def test_program_runs_under_the_name_tilelang_and_matches_torch(cpu_results, nam
     assert results[name]["ok"], results[name]["error"]
 
 
-def test_the_alias_gives_tilelang_cores_own_module_objects():
-    code = textwrap.dedent(f"""
-        import importlib.util, sys
-        assert importlib.util.find_spec("tilelang") is None, "a real TileLang is installed: the swap test is moot"
-        sys.path.insert(0, {str(HERE)!r})
-        import tilelang_alias
-        tilelang_alias.install()
-        import tilelang, tilelang.language as T, tilelang.jit, tilelang_core
-        assert T is tilelang_core.language and tilelang.compile is tilelang_core.compile
-        assert tilelang.jit is tilelang_core.jit and callable(tilelang.jit)  # the decorator, not the subpackage
-        assert T.__spec__.name == "tilelang_core.language"
-        from tilelang.jit.kernel import JITKernel
-        assert JITKernel is tilelang_core.JITKernel
-        try:
-            import tilelang.no_such_module
-        except ModuleNotFoundError as e:
-            assert "tilelang.no_such_module" in str(e)
-        else:
-            raise AssertionError("a missing submodule imported")
-        print("alias ok")
-    """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and "alias ok" in proc.stdout, proc.stderr[-3000:]
-
+def test_the_alias_gives_tilelang_cores_own_module_objects(cpu_results):
+    results, child = cpu_results  # checked in the runner's interpreter, before the programs (run_programs.py)
+    assert "__alias__" in results, child
+    assert results["__alias__"]["ok"], results["__alias__"]["error"]

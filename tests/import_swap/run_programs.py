@@ -2,8 +2,10 @@
 
 ``python tests/import_swap/run_programs.py DEVICE [NAME ...]`` imports each ``programs/NAME.py`` (all of them when
 no name is given), calls its ``run(device)`` (which checks its kernels against torch and raises on a mismatch) and
-prints one JSON line per program: ``{"name", "ok", "seconds", "error"}``. One interpreter for all programs keeps
-the suite quick (torch and TVM are imported once); a crash still fails the whole run, which the caller reports.
+prints one JSON line per program: ``{"name", "ok", "seconds", "error"}``, after one for the pseudo-program
+``__alias__`` (the alias itself checked: ``tilelang``'s modules are ``tilelang_core``'s own objects). One
+interpreter for all programs keeps the suite quick (torch and TVM are imported once); a crash still fails the whole
+run, which the caller reports.
 """
 
 from __future__ import annotations
@@ -55,11 +57,40 @@ def run_in_child(device: str, cache_dir: str, names: list[str] | None = None,
     return results, f"exit status {proc.returncode}; stderr:\n{proc.stderr[-4000:]}"
 
 
+def check_alias(real_tilelang_absent: bool) -> dict:
+    """The alias gives tilelang_core's own module objects (reported as the pseudo-program ``__alias__``)."""
+    try:
+        assert real_tilelang_absent, "a real TileLang is installed here: the import-swap results say nothing"
+        import tilelang
+        import tilelang.jit
+        import tilelang.language as T
+
+        import tilelang_core
+
+        assert T is tilelang_core.language and tilelang.compile is tilelang_core.compile
+        assert tilelang.jit is tilelang_core.jit and callable(tilelang.jit)  # the decorator, not the subpackage
+        assert T.__spec__.name == "tilelang_core.language"
+        from tilelang.jit.kernel import JITKernel
+
+        assert JITKernel is tilelang_core.JITKernel
+        try:
+            import tilelang.no_such_module  # noqa: F401
+        except ModuleNotFoundError as e:
+            assert "tilelang.no_such_module" in str(e), str(e)
+        else:
+            raise AssertionError("a missing submodule imported")
+        return {"name": "__alias__", "ok": True, "seconds": 0.0, "error": None}
+    except BaseException as e:  # noqa: BLE001
+        return {"name": "__alias__", "ok": False, "seconds": 0.0, "error": "".join(traceback.format_exception(e))}
+
+
 def main(argv: list[str]) -> int:
     sys.path.insert(0, str(HERE))
     import tilelang_alias
 
+    absent = importlib.util.find_spec("tilelang") is None
     tilelang_alias.install()
+    print(json.dumps(check_alias(absent)), flush=True)
     device, names = argv[0], argv[1:] or program_names()
     for name in names:
         print(json.dumps(run_one(name, device)), flush=True)
