@@ -44,6 +44,7 @@ class PassConfigKey:
     TL_CUDA_STREAMING_LOADS = "tl.cuda.streaming_loads"
     TL_CUDA_COMPILER = "tl.cuda.compiler"
     TL_CUDA_WGMMA = "tl.cuda.wgmma"
+    TL_CUDA_WGMMA_PIPELINE = "tl.cuda.wgmma_pipeline"
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,9 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "read-dominated kernel (a cache hint: results are unchanged)"),
     Option(K.TL_CUDA_WGMMA, "bool", True, "CUDA sm_90a: T.gemm of shared tiles as Hopper wgmma.mma_async "
            "(warpgroups, swizzled shared layouts); False keeps mma.sync (the reason is noted in the trace)"),
+    Option(K.TL_CUDA_WGMMA_PIPELINE, "bool", True, "CUDA sm_90a: in a T.Pipelined loop (num_stages >= 3) whose "
+           "body is one wgmma T.gemm, keep one wgmma group in flight across k-steps (wgmma.wait_group 1, loads "
+           "num_stages - 2 tiles ahead); False waits for every k-step's group (wait_group 0)"),
     Option(K.TL_CUDA_COMPILER, "choice", "auto", "CUDA: what turns CUDA C into a cubin: 'nvcc', 'nvrtc' (the CUDA "
            "Python bindings) or 'auto' (nvcc when found, else NVRTC)", choices=("auto", "nvcc", "nvrtc")),
 ]}

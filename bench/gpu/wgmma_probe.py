@@ -2,10 +2,13 @@
 
 ``python bench/gpu/wgmma_probe.py`` on the H200 (PYTHONPATH = the repo and TVM). For a few tile configs
 (block_M x block_N x block_K, stages, threads) it compiles the README's quickstart program through
-``@jit(target="cuda")`` (sm_90a: ``tl::wgmma_gemm_ss``) and, for comparison, the same config with
-``pass_configs={"tl.cuda.wgmma": False}`` (mma.sync), checks each result against torch, and times every kernel
+``@jit(target="cuda")`` (sm_90a: ``tl::wgmma_gemm_ss``, one wgmma group kept in flight across k-steps), and, for
+comparison, the same config with ``pass_configs={"tl.cuda.wgmma_pipeline": False}`` (``wgmma-w0``: every k-step
+waits for its group, wait_group 0) and with ``{"tl.cuda.wgmma": False}`` (mma.sync), checks each result against
+torch, and times every kernel
 and ``torch.relu(a @ b)`` with CUDA events around each call, the L2 emptied by reading 256 MB before each call
-(median of ``--rep``). Also prints the ptxas register/spill line and whether the SASS has HGMMA. Issue 15.
+(median of ``--rep``). Also prints the ptxas register/spill line, the SASS's tensor-core instructions and its
+wgmma waits (``depbar=0x1`` when a group stays in flight). Issue 15.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ CONFIGS = [  # block_M, block_N, block_K, stages, threads
     (128, 128, 64, 4, 256),
     (256, 128, 64, 3, 256),
     (128, 256, 32, 4, 256),
+    # with a group in flight the loads run num_stages - 2 tiles ahead: one stage more gives back the depth of s3
+    (128, 128, 64, 4, 128),
+    (128, 256, 64, 4, 256),
 ]
 _FLUSH: list[torch.Tensor] = []
 
@@ -69,7 +75,8 @@ def _sass_has_hgmma(kernel: Any) -> str:
     cubin = kernel.artifact.path / "kernel.cubin"
     sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True).stdout
     kinds = sorted(set(re.findall(r"(HGMMA\.\S+|HMMA\.\S+)", sass)))
-    return ",".join(kinds) or "no tensor-core instructions"
+    waits = sorted(set(re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", sass)))
+    return (",".join(kinds) or "no tensor-core instructions") + (f"  depbar={','.join(waits)}" if waits else "")
 
 
 def main() -> None:
@@ -88,7 +95,8 @@ def main() -> None:
         ref = torch.relu(a @ b)
         t_ref = clean_ms(lambda a=a, b=b: torch.relu(a @ b), rep=args.rep)
         print(f"\n{n}^3  torch.relu(a @ b): {t_ref:.3f} ms  {flops / t_ref / 1e9:.1f} TF/s")
-        variants = [("wgmma", None)] + ([] if args.no_mma else [("mma.sync", {"tl.cuda.wgmma": False})])
+        variants = [("wgmma", None), ("wgmma-w0", {"tl.cuda.wgmma_pipeline": False})]
+        variants += [] if args.no_mma else [("mma.sync", {"tl.cuda.wgmma": False})]
         for bm, bn, bk, st, th in CONFIGS:
             for label, pc in variants:
                 t0 = time.perf_counter()

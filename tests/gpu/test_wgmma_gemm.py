@@ -1,5 +1,7 @@
 """The wgmma GEMM on the GPU (issue 15 part 1): the quickstart GEMM + ReLU and its transposed variants through
-``@jit(target="cuda")`` (sm_90a on a Hopper GPU) against torch, fp16 and bf16, several tiles, ragged shapes."""
+``@jit(target="cuda")`` (sm_90a on a Hopper GPU) against torch, fp16 and bf16, several tiles, ragged shapes; each
+with one wgmma group in flight across k-steps (the default) and with ``tl.cuda.wgmma_pipeline=False``
+(wait_group 0 in every k-step)."""
 
 from __future__ import annotations
 
@@ -27,21 +29,30 @@ CASES = [  # M, N, K, block_M, block_N, block_K, trans_A, trans_B, stages, threa
     (500, 520, 260, 128, 128, 64, False, True, 2, 256, "bfloat16"),
     (384, 256, 320, 128, 128, 32, True, True, 2, 128, "float16"),
     (256, 512, 256, 64, 256, 64, False, False, 2, 256, "float16"),
+    # a group in flight with 4 and 5 stages, ragged K, transposed operands, a single k-step
+    (1000, 1030, 1000, 128, 128, 64, False, False, 4, 128, "float16"),
+    (777, 515, 1000, 128, 256, 64, False, False, 4, 256, "bfloat16"),
+    (500, 520, 700, 128, 128, 32, True, True, 5, 256, "float16"),
+    (384, 384, 50, 128, 128, 64, False, False, 3, 128, "float16"),
 ]
+IN_FLIGHT = {"in_flight": None, "wait0": {"tl.cuda.wgmma_pipeline": False}}
 
 
-def _kernel(case):
-    return tilelang.jit(out_idx=[-1], target="cuda")(gemm_t.factory)(*case)
+def _kernel(case, pass_configs=None):
+    return tilelang.jit(out_idx=[-1], target="cuda", pass_configs=pass_configs)(gemm_t.factory)(*case)
 
 
-@pytest.mark.parametrize("case", CASES, ids=["x".join(map(str, c[:6])) + f"-t{c[9]}-{c[10]}"
+@pytest.mark.parametrize("pipeline", list(IN_FLIGHT))
+@pytest.mark.parametrize("case", CASES, ids=["x".join(map(str, c[:6])) + f"-s{c[8]}-t{c[9]}-{c[10]}"
                                               + ("-tA" if c[6] else "") + ("-tB" if c[7] else "") for c in CASES])
-def test_wgmma_gemm_matches_torch(case):
+def test_wgmma_gemm_matches_torch(case, pipeline):
     M, N, K, ta, tb, dtype = case[0], case[1], case[2], case[6], case[7], case[10]
-    kernel = _kernel(case)
+    kernel = _kernel(case, IN_FLIGHT[pipeline])
     src = kernel.get_kernel_source("cuda")
     if torch.cuda.get_device_capability() == (9, 0):
         assert "tl::wgmma_gemm_ss<" in src, "expected the wgmma path on a Hopper GPU"
+        in_flight = pipeline == "in_flight" and case[8] >= 3
+        assert ("tl::wgmma_drain<" in src) == in_flight
     dt = DT[dtype]
     a = randn(K, M, dtype=dt) if ta else randn(M, K, dtype=dt)
     b = randn(N, K, dtype=dt) if tb else randn(K, N, dtype=dt)

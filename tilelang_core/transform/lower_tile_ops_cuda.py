@@ -15,7 +15,8 @@ and ``T.alloc_var`` buffers).
   ragged tensor). Anything else falls back to guarded element copies. Into a per-thread tile: every thread copies
   all of it.
 * ``tl.gemm`` — an accumulator in the ``wgmma`` layout (sm_90a): ``tl::wgmma_gemm_ss`` (shared-memory
-  descriptors for A and B, wgmma.mma_async m64nNk16, fp32 accumulation; see ``include/tl/wgmma.cuh``).
+  descriptors for A and B, wgmma.mma_async m64nNk16, fp32 accumulation; see ``include/tl/wgmma.cuh``); inside
+  ``tl.PipelineCUDA``'s ``tl.wgmma_pending`` attribute the call leaves its group in flight (``PENDING = 1``).
   fp16/bf16 tiles whose accumulator has the ``mma`` layout: ``tl::gemm_ss`` (ldmatrix + mma.sync
   m16n8k16, fp32 accumulation, swizzled shared operands). Otherwise an FMA loop: each thread updates the
   accumulator elements it owns. An A operand held in a fragment is first written to a shared scratch tile.
@@ -62,6 +63,7 @@ from ._cuda_layouts import (
 from ._regions import in_bounds_conds, indices_at, is_global, squeezed
 from ._rewriter import Rewriter, and_all, const_int, make_for, new_var, seq
 from .infer_fragment_layouts_cuda import gemm_operands
+from .pipeline_cuda import WGMMA_PENDING_ATTR
 from .validate_tile_ops import tile_op_name
 
 ForKind = tirx.ForKind
@@ -107,6 +109,7 @@ class LowerTileOpsCUDA(Rewriter):
         self.bind_loop(self.tid, _imm(0), _imm(self.threads))
         self.in_parallel = 0
         self.atomic_kind = "add"
+        self.wgmma_pending = 0  # groups a wgmma T.gemm leaves in flight (tl.PipelineCUDA's attribute)
 
     # -- memory kinds --------------------------------------------------------------------------------------
     def kind(self, buf: Any) -> str:
@@ -207,6 +210,14 @@ class LowerTileOpsCUDA(Rewriter):
         out = super().visit_For(s)
         self.in_parallel -= par
         return out
+
+    def visit_AttrStmt(self, s: Any) -> Any:  # noqa: N802
+        if s.attr_key != WGMMA_PENDING_ATTR:
+            return super().visit_AttrStmt(s)
+        self.wgmma_pending = int(s.value)
+        body = self.visit(s.body)
+        self.wgmma_pending = 0
+        return body
 
     def visit_Evaluate(self, s: Any) -> Any:  # noqa: N802
         name = tile_op_name(s)
@@ -548,7 +559,8 @@ class LowerTileOpsCUDA(Rewriter):
     def _gemm_wgmma(self, s: Any, ops: dict[str, Any], a: Region, b: Region, lay: FragmentLayout,
                     stmts: list[Any]) -> Any:
         """``tl::wgmma_gemm_ss``: A and B through shared-memory matrix descriptors (sm_90a), the accumulator in
-        the ``wgmma`` layout of ``lay``'s warpgroup grid; the call waits for its wgmma group to complete."""
+        the ``wgmma`` layout of ``lay``'s warpgroup grid; the call waits for its wgmma group to complete, or, in
+        a pipelined loop (``self.wgmma_pending``), for the previous one."""
         loc = self.locals[ops["c"].buffer]
         if ops["clear"]:
             stmts.append(self.unrolled(lay.num_regs, lambda r: tirx.BufferStore(loc, tirx.const(0, str(loc.dtype)),
@@ -562,7 +574,9 @@ class LowerTileOpsCUDA(Rewriter):
         ta, tb = int(ops["ta"]), int(ops["tb"])
         w_b = 1 if tb else swb // dtype_bytes(str(b.buffer.dtype))
         nc = wgmma_chunk_n(N // lay.warp_n, w_b)
-        name = f"tl::wgmma_gemm_ss<{M}, {N}, {K}, {lay.warp_m}, {lay.warp_n}, {nc}, {ta}, {tb}, {swa}, {swb}>"
+        pending = f", {self.wgmma_pending}" if self.wgmma_pending else ""
+        name = (f"tl::wgmma_gemm_ss<{M}, {N}, {K}, {lay.warp_m}, {lay.warp_n}, {nc}, {ta}, {tb}, {swa}, {swb}"
+                f"{pending}>")
         stmts.append(extern(name, tirx.address_of(_load(a.buffer, a.mins)), tirx.address_of(_load(b.buffer, b.mins)),
                             tirx.address_of(_load(loc, [_imm(0)]))))
         return seq(stmts, s.span)

@@ -20,6 +20,24 @@ moves the wait and the barrier into the last k-step of each tile so that they, a
 next tile, overlap tensor-core work (CUTLASS's multistage schedule; pass_configs ``tl.cuda.fused_gemm=False`` turns
 it off). A loop the pattern does not fit (a producer's tile read before it is written in the body, or used outside
 the loop) runs unpipelined, with the barriers ``tl.InsertSyncsCUDA`` places.
+
+**wgmma in flight** (sm_90a, pass_configs ``tl.cuda.wgmma_pipeline``, default on): when the consumer part is one
+``T.gemm`` whose accumulator has the ``wgmma`` layout, on the pipelined A and B stages, without ``clear_accum``,
+and ``s >= 3``, the gemm leaves its group in flight (``tl::wgmma_gemm_ss<..., 1>``: ``wgmma.wait_group 1``, so
+when step k returns, step k-1's group is complete) and the loads go one stage less far ahead::
+
+    prologue:  for j < s-2:  producers(k = j) -> stage j;  commit
+    loop k:    wait until at most s-3 groups are pending;  __syncthreads()
+               producers(k + s - 2) -> stage (k + s - 2) % s = (k - 2) % s   (when k + s - 2 < n);  commit
+               wgmma(k) on stage k % s: fence, issue, commit, wait_group 1
+    epilogue:  tl::wgmma_drain (wait_group 0: the accumulators are final);  wait for all;  __syncthreads()
+
+Stage (k-2) % s was read by step k-2, whose group every thread retired in step k-1 (wait_group 1) before the
+barrier at the top of step k; stage (k-1) % s, which step k-1's group may still read, is not written until step
+k+1. So at any time one stage is read by the group in flight, one by the group being issued and ``s - 2`` are
+loading. With ``s = 2`` nothing could be loaded ahead without a second barrier per step, so such loops (and
+loops that are not pipelined, bodies with other statements that could touch the accumulator while a group is in
+flight, ``clear_accum``) keep ``wait_group 0``; the reason is appended to ``tl.wgmma_notes``.
 """
 
 from __future__ import annotations
@@ -30,7 +48,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..language._ir import Region
+from ..language._ir import Region, dtype_of
 from ..language.loops import STAGES_ATTR
 from ..pass_config import DEFAULT, PassConfig, PassConfigKey
 from ._cuda_common import (
@@ -46,8 +64,8 @@ from ._cuda_common import (
 )
 from ._cuda_layouts import MMA_DTYPES
 from ._regions import is_global
-from ._rewriter import Rewriter, const_int, seq
-from .infer_fragment_layouts_cuda import gemm_operands, is_whole_tile
+from ._rewriter import Rewriter, const_int, location_of, seq
+from .infer_fragment_layouts_cuda import ATTR_WGMMA_NOTES, gemm_operands, is_whole_tile
 from .validate_tile_ops import tile_op_name
 
 
@@ -86,8 +104,46 @@ def _producer_dst(s: Any) -> Any:
     return None
 
 
+def _reduce_dst_staged_alone(s: Any, dsts: list[Any]) -> bool:
+    """A ``T.reduce_*`` in ``s`` writes into a tile the loop multi-buffers while reading one it does not: its
+    destination would gain a stage dimension its source lacks, which the reduction's rank rules cannot tell from a
+    destination of the source's rank (the loop then runs unpipelined)."""
+    hit: list[Any] = []
+
+    def ev(e: Any) -> Any:
+        if tile_op_name(e) == "tl.reduce":
+            src, dst = Region.of(e.value.args[0]).buffer, Region.of(e.value.args[1]).buffer
+            staged = [any(b.same_as(d) for d in dsts) for b in (src, dst)]
+            if staged[1] and not staged[0]:
+                hit.append(e)
+        return e
+
+    tvm_ffi.structural_map(s, [(tirx.Evaluate, ev)])
+    return bool(hit)
+
+
+def _shift_reduce_dims(node: Any, remap: dict[Any, Any]) -> Any:
+    """``T.reduce_*`` of a multi-buffered tile: the staged source gains a leading stage dimension, so the reduced
+    dimension moves up by one (without this, ``dim=0`` would reduce over the one-element stage dimension and the
+    lowering would index the destination with the source's other dimensions: wrong values and writes past the
+    destination's registers)."""
+
+    def ev(e: Any) -> Any:
+        if tile_op_name(e) != "tl.reduce":
+            return e
+        call = e.value
+        if not any(Region.of(call.args[0]).buffer.same_as(b) for b in remap):
+            return e
+        dim = call.args[3]
+        args = [*call.args[:3], tirx.IntImm(dtype_of(dim) or "int32", int(dim.value) + 1), *call.args[4:]]
+        return tirx.Evaluate(tvm.ir.Call(call.op, args, ret_ty="handle"), span=e.span)
+
+    return tvm_ffi.structural_map(node, [(tirx.Evaluate, ev)])
+
+
 def _with_stage(node: Any, remap: dict[Any, Any], stage: Any) -> Any:
-    """Point every access to a multi-buffered tile at ``stage``."""
+    """Point every access to a multi-buffered tile at ``stage`` (a reduction's ``dim`` follows its source)."""
+    node = _shift_reduce_dims(node, remap)
 
     def region(r: Any) -> Any:
         new = remap.get(r.source)
@@ -113,6 +169,30 @@ def _mark_async(s: Any) -> Any:
                          span=s.span)
 
 
+# AttrStmt key around a wgmma T.gemm that leaves its group in flight (value: groups left pending, 1), read by
+# tl.LowerTileOpsCUDA
+WGMMA_PENDING_ATTR = "tl.wgmma_pending"
+
+
+def prefetch_distance(stages: int, wgmma_in_flight: bool) -> int:
+    """How many k-steps ahead the producers load: ``s - 1``, one less while a wgmma group stays in flight (the
+    stage the previous step read is still busy)."""
+    return stages - 2 if wgmma_in_flight else stages - 1
+
+
+def _gemms_in(stmts: list[Any]) -> list[Any]:
+    found: list[Any] = []
+
+    def ev(x: Any) -> Any:
+        if tile_op_name(x) == "tl.gemm":
+            found.append(x)
+        return x
+
+    for x in stmts:
+        tvm_ffi.structural_map(x, [(tirx.Evaluate, ev)])
+    return found
+
+
 class PipelineCUDA(Rewriter):
     pass_name = "tl.PipelineCUDA"
 
@@ -124,37 +204,67 @@ class PipelineCUDA(Rewriter):
         self.layouts = layouts_of(func)
         self.locals = locals_of(func)
         self.swizzle = swizzles_of(func)
+        self.notes: list[str] = []  # why a wgmma T.gemm keeps wait_group 0 (appended to tl.wgmma_notes)
+        self.pipelined_depth = 0
+        self.fused_notes: list[str] = []  # why an mma T.gemm's pipelined loop skips tl::pipe_gemm_step (tl.notes)
+
+    def _is_wgmma(self, gemm: Any) -> bool:
+        lay = self.layouts.get(Region.of(gemm.value.args[2]).buffer)
+        return lay is not None and lay.kind == "wgmma"
+
+    def _note(self, gemms: list[Any], why: str) -> None:
+        for g in gemms:
+            if self._is_wgmma(g):
+                loc = location_of(g.span)
+                where = f"line {loc.line}: " if loc is not None else ""
+                self.notes.append(f"{where}T.gemm keeps wgmma.wait_group 0 (no group in flight across k-steps): "
+                                  f"{why}")
+
+    def visit_Evaluate(self, s: Any) -> Any:  # noqa: N802
+        if not self.pipelined_depth and tile_op_name(s) == "tl.gemm":
+            self._note([s], "it is not in a T.Pipelined loop")
+        return s
 
     def visit_For(self, s: Any) -> Any:  # noqa: N802
         if STAGES_ATTR not in s.annotations:
             return super().visit_For(s)
         stages = int(s.annotations[STAGES_ATTR])
         self.bind_loop(s.loop_var, s.min, s.extent)
+        self.pipelined_depth += 1
         body = self.visit(s.body)
+        self.pipelined_depth -= 1
         ann = {k: v for k, v in s.annotations.items() if k != STAGES_ATTR}
         plain = tirx.For(s.loop_var, s.min, s.extent, tirx.ForKind.SERIAL, body, None, ann or None, None, s.span)
-        if stages < 2:
-            return plain
         stmts = _flatten(body)
-        prod_idx = [i for i, x in enumerate(stmts) if _producer_dst(x) is not None]
-        if not prod_idx:
+
+        def unpipelined(why: str) -> Any:
+            self._note(_gemms_in(stmts), why)
             return plain
+
+        if stages < 2:
+            return unpipelined(f"num_stages={stages}: the loop is not software-pipelined")
+        prod_idx = [i for i, x in enumerate(stmts) if _producer_dst(x) is not None]
+        not_fit = "the loop does not fit the software pipeline (it runs unpipelined)"
+        if not prod_idx:
+            return unpipelined(not_fit)
         dsts = [_producer_dst(stmts[i]) for i in prod_idx]
         # every producer tile: written by exactly one producer, not touched before it, not used outside the loop
         for a in range(len(dsts)):
             if any(dsts[a].same_as(dsts[b]) for b in range(a)):
-                return plain
+                return unpipelined(not_fit)
         for i, x in enumerate(stmts):
             if i in prod_idx:
                 continue
             touched = _buffers_touched(x)
             later = [d for p, d in zip(prod_idx, dsts) if p > i]
             if any(t.same_as(d) for t in touched for d in later):
-                return plain
+                return unpipelined(not_fit)
+        if any(_reduce_dst_staged_alone(x, dsts) for i, x in enumerate(stmts) if i not in prod_idx):
+            return plain
         inside = _count_uses(body)
         for d in dsts:
             if self.uses.get(d, 0) != inside.get(d, 0):
-                return plain
+                return unpipelined(not_fit)
         remap = {}
         for d in dsts:
             shape = [stages, *[int(x) for x in d.shape]]
@@ -170,8 +280,10 @@ class PipelineCUDA(Rewriter):
             # substitute the iteration first: the stage expression itself mentions k
             return seq([_with_stage(substitute(p, {k: at_iter}), remap, stage) for p in producers])
 
+        in_flight = self._wgmma_in_flight(consumers, remap, stages)
+        dist = prefetch_distance(stages, in_flight is not None)
         prologue = []
-        for j in range(stages - 1):
+        for j in range(dist):
             issue = produce(s.min + j, tirx.IntImm("int32", j))
             nc = const_int(n)
             if nc is None:
@@ -179,12 +291,12 @@ class PipelineCUDA(Rewriter):
             elif j >= nc:
                 issue = None
             prologue += [x for x in (issue, commit) if x is not None]
-        ahead = k0 + (stages - 1)
-        issue = produce(k + (stages - 1), tirx.floormod(ahead, stages))
+        ahead = k0 + dist
+        issue = produce(k + dist, tirx.floormod(ahead, stages))
         cond = tirx.LT(ahead, n)
         if not self.prove(cond):
             issue = tirx.IfThenElse(self.ana.simplify(cond), issue, None)
-        fused = self._fused_gemm(consumers, remap, stages)
+        fused = self._fused_gemm(consumers, remap, stages) if in_flight is None else None
         if fused is not None:
             tmpl, a_buf, b_buf, c_loc, frag = fused
 
@@ -205,30 +317,82 @@ class PipelineCUDA(Rewriter):
             epilogue = [extern("tl::cp_async_wait<0>"), sync_stmt()]
             return seq([*prologue, loop, *epilogue], s.span)
         cons = [_with_stage(c, remap, tirx.floormod(k0, stages)) for c in consumers]
-        loop_body = seq([extern(f"tl::cp_async_wait<{stages - 2}>"), sync_stmt(), issue, commit, *cons])
-        loop = tirx.For(k, s.min, n, tirx.ForKind.SERIAL, loop_body, None, ann or None, None, s.span)
         epilogue = [extern("tl::cp_async_wait<0>"), sync_stmt()]
+        if in_flight is not None:
+            c_loc, nregs = in_flight
+            cons = [tirx.AttrStmt(tirx.IntImm("int32", 0), WGMMA_PENDING_ATTR, tirx.IntImm("int32", 1), cons[0],
+                                  span=cons[0].span)]
+            zero = tirx.IntImm("int32", 0)
+            epilogue = [extern(f"tl::wgmma_drain<{nregs}>", tirx.address_of(tirx.BufferLoad(c_loc, [zero]))),
+                        *epilogue]
+        loop_body = seq([extern(f"tl::cp_async_wait<{dist - 1}>"), sync_stmt(), issue, commit, *cons])
+        loop = tirx.For(k, s.min, n, tirx.ForKind.SERIAL, loop_body, None, ann or None, None, s.span)
         return seq([*prologue, loop, *epilogue], s.span)
+
+    def _wgmma_in_flight(self, consumers: list[Any], remap: dict[Any, Any], stages: int) -> tuple | None:
+        """(accumulator register array, its register count) when the loop's wgmma T.gemm may leave its group in
+        flight across k-steps; else None, with the reason noted for every wgmma gemm of the body."""
+        gemms = [g for g in _gemms_in(consumers) if self._is_wgmma(g)]
+        if not gemms:
+            return None
+
+        def keep(why: str) -> None:
+            self._note(gemms, why)
+
+        if not self.options[PassConfigKey.TL_CUDA_WGMMA_PIPELINE]:
+            return keep("pass_configs 'tl.cuda.wgmma_pipeline' is False")
+        if stages < 3:
+            return keep(f"num_stages={stages} leaves no shared stage to load into while a group is in flight "
+                        "(num_stages >= 3 does)")
+        if len(consumers) != 1 or not isinstance(consumers[0], tirx.Evaluate) or len(gemms) != 1:
+            return keep("the loop body has statements besides the loads and this T.gemm (they could touch the "
+                        "accumulator or the stages while a group is in flight)")
+        ops = gemm_operands(consumers[0], self.ana)
+        if ops["clear"]:
+            return keep("clear_accum=True writes the accumulator in every k-step")
+        if ops["a"].buffer not in remap or ops["b"].buffer not in remap:
+            return keep("A or B is not a tile the loop loads")
+        c = ops["c"].buffer
+        if c not in self.locals:
+            return keep("the accumulator has no register array")
+        return self.locals[c], self.layouts[c].num_regs
 
 
     def _fused_gemm(self, consumers: list[Any], remap: dict[Any, Any], stages: int) -> tuple | None:
         """When the consumer part is one tensor-core T.gemm on the pipelined tiles (the quickstart's loop), the
-        parameters of the fused mainloop template; else None."""
+        parameters of the fused mainloop template; else None — then, for each mma.sync T.gemm of the loop, a note
+        (``tl.notes``) saying which condition failed."""
+        from .notes import at_line
+
+        mma = [g for g in _gemms_in(consumers)
+               if getattr(self.layouts.get(Region.of(g.value.args[2]).buffer), "kind", None) == "mma"]
+
+        def no(why: str) -> None:
+            for g in mma:
+                self.fused_notes.append(f"{at_line(g)}T.gemm does not take the fused pipelined mainloop "
+                                        f"(tl::pipe_gemm_step): {why}")
+            return None
+
         if not self.options[PassConfigKey.TL_CUDA_FUSED_GEMM]:
-            return None
-        if len(consumers) != 1 or not isinstance(consumers[0], tirx.Evaluate):
-            return None
-        if tile_op_name(consumers[0]) != "tl.gemm":
-            return None
+            return no("pass_configs 'tl.cuda.fused_gemm' is False")
+        if len(consumers) != 1 or not isinstance(consumers[0], tirx.Evaluate) or \
+                tile_op_name(consumers[0]) != "tl.gemm":
+            return no("the loop body has statements besides the T.copy loads and one T.gemm")
         ops = gemm_operands(consumers[0], self.ana)
         a, b, c = ops["a"].buffer, ops["b"].buffer, ops["c"].buffer
         lay = self.layouts.get(c)
-        if lay is None or lay.kind != "mma" or str(c.dtype) != "float32" or ops["clear"]:
-            return None
-        if a not in remap or b not in remap or not (is_whole_tile(ops["a"]) and is_whole_tile(ops["b"])):
-            return None
+        if lay is None or lay.kind != "mma":
+            return None  # not a tensor-core mma.sync gemm: no fused mainloop to miss
+        if str(c.dtype) != "float32":
+            return no(f"the accumulator {c.name} is {c.dtype}; the fused mainloop accumulates in float32")
+        if ops["clear"]:
+            return no("clear_accum=True")
+        if a not in remap or b not in remap:
+            return no("A or B is not a tile the loop loads with T.copy")
+        if not (is_whole_tile(ops["a"]) and is_whole_tile(ops["b"])):
+            return no("A or B is a part of a tile, not the whole tile")
         if len(a.shape) != 2 or len(b.shape) != 2 or str(a.dtype) not in MMA_DTYPES or a.dtype != b.dtype:
-            return None
+            return no(f"A ({a.dtype}) and B ({b.dtype}) are not 2-D tiles of one tensor-core dtype")
         mt, nt = lay.mma_tiles
         frag = tirx.decl_buffer((mt * 4 + nt * 2,), "uint32", "mma_frag", scope="local")
         swa, swb = self.swizzle.get(a, 0), self.swizzle.get(b, 0)
@@ -266,6 +430,13 @@ def _count_uses(body: Any) -> dict[Any, int]:
 def pipeline_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT) -> tirx.PrimFunc:
     pipe = PipelineCUDA(func, _count_uses(func.body), options)
     func = pipe.run(func)
+    if pipe.fused_notes:
+        from .notes import add_notes
+
+        func = add_notes(func, pipe.fused_notes)
+    if pipe.notes:
+        old = func.attrs[ATTR_WGMMA_NOTES] if func.attrs is not None and ATTR_WGMMA_NOTES in func.attrs else []
+        func = func.with_attr(ATTR_WGMMA_NOTES, [*[str(x) for x in old], *pipe.notes])
     if not pipe.remap:
         return func
     remap = pipe.remap

@@ -28,6 +28,15 @@
 // tile, wgmma.commit_group, wgmma.wait_group 0: when the call returns the accumulators are final and the shared
 // tiles may be overwritten. The empty asm statements on the accumulators keep the compiler from moving their
 // reads/writes across the fence and the wait.
+//
+// PENDING = 1 (a T.Pipelined loop whose body is this one gemm, tl.PipelineCUDA; pass_configs
+// tl.cuda.wgmma_pipeline): the call ends with wgmma.wait_group 1 instead, so this k-step's group stays in flight
+// while the thread goes on to the next iteration (its cp.async wait, barrier and loads) and issues the next
+// group behind it; when the call returns, the *previous* call's group is complete (its shared stage is free once
+// every warpgroup has returned, i.e. after the next barrier) and the accumulators are not final.
+// Only further wgmma of the same shape may touch them until tl::wgmma_drain (wait_group 0) after the loop: the PTX
+// ISA orders accumulator accesses between wgmma.mma_async of one shape, any other access to a register of an
+// in-flight group is undefined.
 #pragma once
 #include "tl/common.cuh"
 #include "tl/wgmma_ops.cuh"
@@ -76,8 +85,9 @@ __device__ __forceinline__ void wgmma_wait_group() {
 __device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 
 template <int M, int N, int K, int WG_M, int WG_N, int NC, bool TRANS_A, bool TRANS_B, int SWZ_A, int SWZ_B,
-          typename T>
+          int PENDING = 0, typename T>
 __device__ __forceinline__ void wgmma_gemm_ss(const T* A, const T* B, float* C) {
+  static_assert(PENDING == 0 || PENDING == 1, "wgmma_gemm_ss: PENDING is 0 or 1 groups left in flight");
   constexpr int WM = M / WG_M, WN = N / WG_N;
   constexpr int MI = WM / 64, NT = WN / 8;
   static_assert(WM % 64 == 0 && WN % NC == 0 && NC % 8 == 0 && NC <= 256 && K % 16 == 0,
@@ -107,9 +117,17 @@ __device__ __forceinline__ void wgmma_gemm_ss(const T* A, const T* B, float* C) 
     }
   }
   wgmma_commit_group();
-  wgmma_wait_group<0>();
+  wgmma_wait_group<PENDING>();
 #pragma unroll
   for (int i = 0; i < MI * NT * 4; ++i) wgmma_fence_operand(C[i]);
+}
+
+// After a loop of wgmma_gemm_ss<..., PENDING = 1>: wait for the last group, then the NREGS accumulators are final.
+template <int NREGS>
+__device__ __forceinline__ void wgmma_drain(float* C) {
+  wgmma_wait_group<0>();
+#pragma unroll
+  for (int i = 0; i < NREGS; ++i) wgmma_fence_operand(C[i]);
 }
 
 }  // namespace tl
