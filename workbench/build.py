@@ -127,7 +127,9 @@ def compile_program(program: CellProgram, kwargs: dict[str, Any], out_idx: list[
 
     if program.kind == PRIM_FUNC:
         return tilelang_core.compile(program.obj, out_idx=out_idx, target=target, name=name)
-    return jit_decorator()(out_idx=out_idx, target=target)(program.function)(**kwargs)
+    options = getattr(program.obj, "options", None)  # the cell's own @tilelang.jit(pass_configs=...) stays in force
+    given = getattr(getattr(options, "pass_configs", None), "explicit", dict)()
+    return jit_decorator()(out_idx=out_idx, target=target, pass_configs=given or None)(program.function)(**kwargs)
 
 
 class BuildCache:

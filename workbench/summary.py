@@ -14,6 +14,7 @@ import ipywidgets as W
 
 from .compare import CompareView
 from .status import BAD, OK, status_parts
+from .text_views import kernel_facts
 from .views import CodeView, IRView, Panel, SourceView
 
 TAB_TITLES = ("Source", "IR", "Code", "Compare")
@@ -28,8 +29,9 @@ def status_html(wk: Any) -> str:
         style = f"color:{color}; font-weight:bold;" if color else ""
         spans.append(f'<span style="{style}">{html.escape(p.text)}</span>')
     sep = ' <span style="color:#999;">&middot;</span> '
+    facts = "".join(f'<div style="color:#555;">{html.escape(line)}</div>' for line in kernel_facts(wk.kernel))
     return (f'<div style="font-family:monospace; font-size:12px; padding:4px 0;"><b>{html.escape(wk.name)}</b>: '
-            + sep.join(spans) + "</div>")
+            + sep.join(spans) + facts + "</div>")
 
 
 class SummaryView:

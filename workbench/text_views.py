@@ -22,9 +22,25 @@ def _indent(text: str, prefix: str = "    ") -> str:
     return "\n".join(prefix + ln for ln in text.splitlines())
 
 
+def kernel_facts(kernel: Any) -> list[str]:
+    """The compiler options set for the kernel (``kernel.pass_configs``, when any differ from the defaults) and
+    its notes on fast paths not taken (``kernel.notes``), one line each; empty for a plain kernel."""
+    lines = []
+    cfg = getattr(kernel, "pass_configs", None)
+    given = cfg.explicit() if cfg is not None and hasattr(cfg, "explicit") else {}
+    if given:
+        lines.append("pass_configs: {" + ", ".join(f"{k!r}: {v!r}" for k, v in given.items()) + "}")
+    notes = list(getattr(kernel, "notes", None) or [])
+    if notes:
+        lines.append("fast paths not taken (kernel.notes):")
+        lines += [f"    {n}" for n in notes]
+    return lines
+
+
 def summary_text(wk: Any, show_unchanged: bool = False) -> str:
     """Status line, stage table, generated-code list and pointers to the full texts."""
     lines = [f"{wk.name}: {status_line(wk)}"]
+    lines += kernel_facts(wk.kernel)
     try:
         all_stages = stages(wk.kernel)
     except Exception as e:  # noqa: BLE001 - a trace that cannot be captured must not hide the summary

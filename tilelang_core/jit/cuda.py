@@ -35,6 +35,7 @@ def build_artifact(func: Any, out_dir: Any, target: dict[str, Any], specs: list[
     write its ``meta.json``."""
     from ..backend import cuda as cuda_backend
     from ..pass_config import resolve
+    from ..transform.notes import read_notes
 
     opts = resolve(pass_configs)
     arch = str(target.get("arch", cuda_backend.DEFAULT_ARCH))
@@ -51,7 +52,7 @@ def build_artifact(func: Any, out_dir: Any, target: dict[str, Any], specs: list[
                    library_sha256=sha256_file(build.cubin) if compile_cubin else "",
                    extra={"name": name or "main", "config": {k: repr(v) for k, v in (config or {}).items()},
                           "cuda": meta, "timings": timings, "pass_configs": opts.explicit(),
-                          "compile_flags": list(compile_flags or [])})
+                          "compile_flags": list(compile_flags or []), "notes": read_notes(mod)})
     art.write_meta()
     return art
 

@@ -62,6 +62,14 @@ class JITKernel:
     def target(self) -> dict[str, Any]:
         return dict(self.artifact.target)
 
+    @property
+    def notes(self) -> list[str]:
+        """Fast paths the compiler did not take for this kernel and why, one line each, at the user's line where
+        known (e.g. ``"line 12: T.gemm 16x64x256 is not fused with the dequantisation before it ...: the scale
+        changes within a lane's 32-wide k chunk ..."``); empty when every fast path the program asked for applied.
+        Stored in the artifact, so a disk-cache hit has them too."""
+        return [str(n) for n in self.artifact.extra.get("notes") or []]
+
     # -- code ----------------------------------------------------------------------------------------------
     def get_kernel_source(self, kind: str | None = None) -> str:
         """Generated code. CPU: ``"llvm"`` (LLVM IR, the default) or ``"asm"``; CUDA: ``"cuda"`` (CUDA C, the
@@ -151,7 +159,9 @@ class JITKernel:
         tdesc = f"{tgt.get('kind')} ({tgt.get('mcpu', tgt.get('arch', ''))})"
         opts = self.pass_configs.explicit()
         odesc = (" pass_configs={" + ", ".join(f"{k!r}: {v!r}" for k, v in opts.items()) + "}") if opts else ""
-        return (f"<JITKernel {self.name}({cfg}) target={tdesc}{odesc} inputs=[{ins}] outputs=[{outs}] {how}>")
+        notes = self.notes
+        ndesc = f" notes={len(notes)} (kernel.notes: fast paths not taken)" if notes else ""
+        return (f"<JITKernel {self.name}({cfg}) target={tdesc}{odesc} inputs=[{ins}] outputs=[{outs}] {how}{ndesc}>")
 
     # -- copying and pickling ------------------------------------------------------------------------------
     # Serialising the kernel's TVM program and loaded library used to segfault the interpreter; refuse instead.

@@ -26,6 +26,8 @@ examples:
   ... --code asm [--commands]              generated code (llvm | asm), or the commands that made it
   ... --source-map [STAGE]                 IR statements -> your file:line
   ... --save-repro bug.py                  on a compile failure, write a self-contained reproducer
+  python -m tilelang_core.trace --pipeline --target cuda --pass-config tl.cuda.split_k=4
+                                           the passes in order with their purpose, and the options in force
 """
 
 
@@ -123,7 +125,7 @@ def make_parser() -> argparse.ArgumentParser:
         description="Show how a tile kernel is lowered: every stage's IR (ours and TVM's passes) with timings, "
                     "diffs between stages or configurations, and the generated code with its command line.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("kernel", help="path/to/kernel.py:factory (a @tilelang_core.jit factory, or a function "
+    p.add_argument("kernel", nargs="?", help="path/to/kernel.py:factory (a @tilelang_core.jit factory, or a function "
                                   "returning a @T.prim_func); package.module:factory works too")
     p.add_argument("--args", nargs="*", default=[], metavar="NAME=VALUE",
                    help="factory arguments, e.g. M=256 block_M=64 dtype=float16 (values are Python literals)")
@@ -146,12 +148,41 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--commands", action="store_true", help="with --code: print the command line behind the code")
     p.add_argument("--context", type=int, default=3, help="diff context lines (default 3)")
     p.add_argument("--save-repro", metavar="PATH", help="on a compile failure, write a reproducer script to PATH")
+    p.add_argument("--pipeline", action="store_true",
+                   help="print the target's passes in order with their purpose and the options in force (no kernel)")
+    p.add_argument("--pass-config", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                   help="with --pipeline: pass_configs entries, e.g. tl.cuda.split_k=4 (values are Python literals)")
     return p
 
 
+def _pass_configs(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"error: --pass-config: expected KEY=VALUE, got {item!r}")
+        out[key] = parse_value(value)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
+    parser = make_parser()
+    args = parser.parse_args(argv)
     from tilelang_core.errors import TileLangCompileError, TileLangError
+
+    if args.pipeline:
+        from .pipeline import describe_pipeline
+
+        try:
+            print(describe_pipeline("cpu" if args.target == "cpu" else "cuda", _pass_configs(args.pass_config)))
+        except (ValueError, TypeError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return 0
+    if args.kernel is None:
+        parser.error("a kernel (path/to/kernel.py:factory) is required unless --pipeline is given")
+    if args.pass_config:
+        parser.error("--pass-config applies to --pipeline (a kernel's options are its factory's pass_configs)")
 
     from .model import diff_kernels
 

@@ -162,8 +162,20 @@ class Trace:
             items = [(k, v) for k, v in items if other.config.get(k, missing) != v] or items
         return f"{self.name}({', '.join(f'{k}={v}' for k, v in items)})"
 
+    @property
+    def notes(self) -> list[str]:
+        """Fast paths the lowering did not take and why (the ``tl.notes`` / ``tl.wgmma_notes`` attributes of the
+        last stage our passes produced; see :mod:`tilelang_core.transform.notes`)."""
+        ours = [s for s in self.stages if s.origin in ("input", "tilelang") and s.module is not None]
+        if not ours:
+            return []
+        from ..transform.notes import read_notes
+
+        return read_notes(ours[-1].module)
+
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "config": {k: repr(v) for k, v in self.config.items()}, "target": self.target,
+                "notes": self.notes,
                 "failed_stage": self.failed_stage, "error": None if self.error is None else str(self.error),
                 "total_seconds": self.total_seconds, "stages": [s.to_dict() for s in self.stages]}
 
@@ -187,7 +199,8 @@ class Trace:
         opts = self.pass_configs.explicit() if self.pass_configs is not None else {}
         if opts:
             head += ", pass_configs {" + ", ".join(f"{k!r}: {v!r}" for k, v in opts.items()) + "}"
-        return head + ">\n" + self.table()
+        notes = "".join(f"\n  note: {n}" for n in self.notes)
+        return head + ">\n" + self.table() + notes
 
 
 def _as_trace(k: Any) -> Trace:

@@ -92,6 +92,7 @@ from ._cuda_common import (
 from ._regions import in_bounds_conds, is_global
 from ._rewriter import Rewriter, and_all, const_int, new_var
 from .infer_fragment_layouts_cuda import gemm_operands, is_whole_tile
+from .notes import add_notes, at_line
 from .pipeline_cuda import _count_uses
 from .validate_tile_ops import tile_op_name
 
@@ -141,6 +142,20 @@ def _subst_scalars(e: Any, scalars: dict[Any, Any]) -> Any:
     return tvm_ffi.structural_map(e, [(tvm.ir.TensorLoad, load)])
 
 
+def looks_like_dequant(loop: Any) -> bool:
+    """``loop`` unpacks an 8-bit integer tensor (a shift or mask applied to a uint8/int8 load): worth a note when
+    it does not fuse with the gemm after it."""
+    hit: list[Any] = []
+
+    def op(e: Any) -> Any:
+        if any(str(ld.source.dtype) in ("uint8", "int8") for ld in loads_in(e)):
+            hit.append(e)
+        return e
+
+    tvm_ffi.structural_map(loop.body, [(tirx.BitwiseAnd, op), (tirx.RShift, op)])
+    return bool(hit)
+
+
 class FuseDequantGemmCUDA(Rewriter):
     """Replace each (unpack nest, T.gemm) pair of a statement sequence by the register-unpacking gemm."""
 
@@ -160,6 +175,8 @@ class FuseDequantGemmCUDA(Rewriter):
         self.loop_pre: dict[Any, list[Any]] = {}  # loop -> statements to place just before it (registers, scales)
         self.prefetch_vars: list[Any] = []  # the first k of each loop whose first weight tiles load before it
         self.est_regs = 0  # registers per thread the direct kernel is expected to need (for the split-K choice)
+        self.reason: str | None = None  # why the last candidate pair did not fuse (see try_fuse)
+        self.notes: list[str] = []  # fusions declined for dequant-looking pairs (tl.notes)
 
     def visit_For(self, s: Any) -> Any:  # noqa: N802
         out = super().visit_For(s)
@@ -190,41 +207,77 @@ class FuseDequantGemmCUDA(Rewriter):
         return tirx.SeqStmt(out, span=s.span) if len(out) > 1 else out[0]
 
     # -- matching ------------------------------------------------------------------------------------------
+    def _no(self, why: str) -> None:
+        """Record why the candidate pair does not fuse; returns None (``return self._no(...)``)."""
+        self.reason = why
+        return None
+
     def try_fuse(self, nest: Any, gemm: Any, before: list[Any]) -> tuple[Any, Any] | None:
         """``(fused statement, statement to drop or None)`` for ``nest`` followed by ``gemm`` (``before``: the
-        statements ahead of them in the same sequence), or None when they do not match."""
-        if not (isinstance(nest, tirx.For) and PARALLEL_ATTR in nest.annotations):
+        statements ahead of them in the same sequence), or None when they do not match — then, when the pair
+        looks like a dequantisation feeding the gemm (a loop unpacking an 8-bit tensor with shifts or masks), a
+        note says which condition failed."""
+        if not (isinstance(nest, tirx.For) and isinstance(gemm, tirx.Evaluate) and tile_op_name(gemm) == "tl.gemm"):
             return None
-        if not (isinstance(gemm, tirx.Evaluate) and tile_op_name(gemm) == "tl.gemm"):
-            return None
+        self.reason = None
+        out = self._match(nest, gemm, before)
+        if out is None and self.reason is not None and looks_like_dequant(nest):
+            ops = gemm_operands(gemm, self.ana)
+            self.notes.append(f"{at_line(gemm)}T.gemm {ops['M']}x{ops['N']}x{ops['K']} is not fused with the "
+                              f"dequantisation before it ({ops['b'].buffer.name} stays an fp16 tile in shared "
+                              f"memory): {self.reason}")
+        return out
+
+    def _match(self, nest: Any, gemm: Any, before: list[Any]) -> tuple[Any, Any] | None:
+        """The matching behind :meth:`try_fuse`; each refusal goes through :meth:`_no`."""
+        if PARALLEL_ATTR not in nest.annotations:
+            return self._no("the unpacking loop is not a T.Parallel nest")
         vs, exts, body = parallel_nest(nest, PARALLEL_ATTR)
         if len(vs) != 2:
-            return None
+            return self._no(f"the unpacking T.Parallel nest has {len(vs)} loop variables, not 2 (rows, k)")
         exts_c = [const_int(e) for e in exts]
         for v, e in zip(vs, exts):
             self.bind_loop(v, tirx.IntImm("int32", 0), e)
         got = _inline_scalars(body)
         if got is None:
-            return None
+            return self._no("the unpacking nest does more than store one shared-memory tile (one-element "
+                            "local scalars aside)")
         store, value = got
         W = store.buffer
         if not (len(store.indices) == 2 and store.indices[0].same_as(vs[0]) and store.indices[1].same_as(vs[1])):
-            return None
-        if [const_int(x) for x in W.shape] != exts_c or str(W.dtype) != "float16" or self.uses.get(W, 0) != 2:
-            return None
+            return self._no(f"the nest does not store {W.name}[i, j] at its own loop variables")
+        if [const_int(x) for x in W.shape] != exts_c:
+            return self._no(f"the nest does not cover the whole tile {W.name}")
+        if str(W.dtype) != "float16":
+            return self._no(f"{W.name} is {W.dtype}; the fused gemm unpacks to float16")
+        if self.uses.get(W, 0) != 2:
+            return self._no(f"{W.name} is used by statements besides the unpacking nest and this T.gemm")
         ops = gemm_operands(gemm, self.ana)
         a, b, c = ops["a"], ops["b"], ops["c"]
-        if not b.buffer.same_as(W) or not ops["tb"] or ops["ta"] or not is_whole_tile(b):
-            return None
+        if not b.buffer.same_as(W):
+            return self._no(f"the T.gemm's B operand is {b.buffer.name}, not the unpacked tile {W.name}")
+        if not ops["tb"] or ops["ta"]:
+            return self._no("the fused gemm needs transpose_B=True and transpose_A=False (weights as (N, K) rows)")
+        if not is_whole_tile(b):
+            return self._no(f"the T.gemm reads part of {W.name}, not the whole tile")
         if not (is_shared(a.buffer) and is_whole_tile(a) and len(a.buffer.shape) == 2 and str(a.buffer.dtype) ==
                 "float16"):
-            return None
+            return self._no("A is not a whole 2-D float16 shared-memory tile")
         lay = self.layouts.get(c.buffer) if is_fragment(c.buffer) else None
-        if lay is None or lay.kind != "mma" or str(c.buffer.dtype) != "float32" or ops["clear"]:
-            return None
+        if lay is None or lay.kind != "mma":
+            return self._no(f"the accumulator {c.buffer.name} does not have the mma.sync layout "
+                            f"({'not a fragment' if lay is None else lay.kind})")
+        if str(c.buffer.dtype) != "float32":
+            return self._no(f"the accumulator is {c.buffer.dtype}; the fused gemm accumulates in float32")
+        if ops["clear"]:
+            return self._no("clear_accum=True")
         N, K = ops["N"], ops["K"]
-        if [N, K] != exts_c or K % LANES_K or (N // lay.warp_n) % 8:
-            return None
+        if [N, K] != exts_c:
+            return self._no(f"the nest's extents {exts_c} are not the gemm's (N, K) = ({N}, {K})")
+        if K % LANES_K:
+            return self._no(f"block K = {K} is not a multiple of {LANES_K}")
+        if (N // lay.warp_n) % 8:
+            return self._no(f"each warp's share of N ({N} // {lay.warp_n} warps) is not a multiple of 8")
         pat = self.match_value(value, vs[0], vs[1], N, K)
         if pat is None:
             return None
@@ -234,7 +287,7 @@ class FuseDequantGemmCUDA(Rewriter):
     def match_value(self, value: Any, i: Any, j: Any, N: int, K: int) -> tuple[Any, int, Any] | None:
         """``cast(q - z) * S`` with ``q`` the nibble ``(P[i, j // 2] >> 4 * (j % 2)) & 15``: (P, z, S or None)."""
         if dtype_of(value) != "float16":
-            return None
+            return self._no(f"the unpacked value is {dtype_of(value)}, not float16")
         found: list[Any] = []
 
         def nib(e: Any) -> Any:
@@ -244,25 +297,28 @@ class FuseDequantGemmCUDA(Rewriter):
 
         tvm_ffi.structural_map(value, [(tirx.BitwiseAnd, nib)])
         if len(found) != 1:
-            return None
+            return self._no("the value is not one int4 nibble (P[i, j // 2] >> 4 * (j % 2)) & 0xF "
+                            f"({len(found)} shift-and-mask terms found)")
         e = found[0]
         ld = _strip_casts(e.a.a)
         if not isinstance(ld, tvm.ir.TensorLoad):
-            return None
+            return self._no("the nibble is not shifted out of a tensor load")
         P = ld.source
         if not (is_shared(P) and str(P.dtype) == "uint8" and [const_int(x) for x in P.shape] == [N, K // 2]):
-            return None
+            return self._no(f"the packed weights {P.name} are not a uint8 shared tile of shape ({N}, {K // 2}) "
+                            "(two int4 per byte along k)")
         pi, pj = list(ld.indices)
         shift = e.a.b
         m = new_var("m")
         self.bind_loop(m, tirx.IntImm("int32", 0), tirx.IntImm("int32", K // 2))
         if not self.prove(tirx.EQ(pi, i)):
-            return None
+            return self._no(f"the packed tile is not read at row i ({P.name}[i, ...])")
         for r in (0, 1):
             sub = {j: m * 2 + r}
             if not (self.prove(tirx.EQ(substitute(pj, sub), m)) and
                     self.prove(tirx.EQ(substitute(shift, sub), 4 * r))):
-                return None
+                return self._no(f"the nibble is not {P.name}[i, j // 2] >> 4 * (j % 2) (even k in the low "
+                                "nibble, odd k in the high one)")
         qv = new_var("qv")
         rest = tvm_ffi.structural_map(value, [(tirx.BitwiseAnd, lambda x: qv if x.same_as(e) else x)])
 
@@ -286,20 +342,20 @@ class FuseDequantGemmCUDA(Rewriter):
         scale = None
         if z is None:
             if not isinstance(rest, tirx.Mul):
-                return None
+                return self._no("the value is not cast(q - zero) * scale")
             for qs, ss in ((rest.a, rest.b), (rest.b, rest.a)):
                 z = q_side(qs)
                 if z is not None and not mentions_q(ss):
                     scale = ss
                     break
             else:
-                return None
+                return self._no("the value is not cast(q - zero) * scale with an integer zero point")
             if dtype_of(scale) != "float16" or dtype_of(qs) != "float16":
-                return None
+                return self._no("the scale or the dequantised nibble is not float16")
             if any(not is_global(ld.source) for ld in loads_in(scale)):
-                return None
+                return self._no("the scale reads a tile that is not in global memory")
         if z is None or not -512 <= z < 1024:
-            return None
+            return self._no(f"the zero point {z} is outside [-512, 1024)")
         return P, z, scale
 
     def scale_varies(self, scale: Any, i: Any, j: Any, K: int) -> bool | None:
@@ -361,7 +417,8 @@ class FuseDequantGemmCUDA(Rewriter):
             scale = tirx.const(1.0, "float16")
         varies = self.scale_varies(scale, i, j, K)
         if varies is None:
-            return None
+            return self._no(f"the scale changes within a lane's {CHUNK_K}-wide k chunk (per-channel scales or "
+                            f"groups that are multiples of {CHUNK_K} fuse)")
         NC = K // LANES_K if varies else 1
         swa = self.swizzle.get(a.buffer, 0)
         direct = self.direct_source(P, before, K) if lay.warp_m == 1 and swa in (0, (2 * K).bit_length() - 1) \
@@ -506,7 +563,7 @@ def fuse_dequant_gemm_cuda(func: tirx.PrimFunc, arch: str = "sm_90", options: Pa
     if not options[PassConfigKey.TL_CUDA_FUSE_DEQUANT]:
         return func
     pass_ = FuseDequantGemmCUDA(func, options)
-    out = pass_.run(func)
+    out = add_notes(pass_.run(func), pass_.notes)
     if not pass_.removed:
         return out
     gone = pass_.removed
@@ -566,40 +623,61 @@ def _split_factor(blocks: int, n: int, stages: int, arch: str, direct: bool = Fa
 def split_k_cluster(func: tirx.PrimFunc, arch: str, accs: list[Any], direct: bool = False,
                     prefetch_vars: list[Any] | None = None, est_regs: int = 0,
                     options: PassConfig = DEFAULT) -> tirx.PrimFunc:
-    """Split the fused K loop over a cluster of blocks when the grid leaves most SMs idle (see the module doc)."""
+    """Split the fused K loop over a cluster of blocks when the grid leaves most SMs idle (see the module doc).
+    When a split was forced (``tl.cuda.split_k`` > 1) or the grid fills less than half the SMs but the kernel's
+    shape rules splitting out, a note (``tl.notes``) says why."""
     grid, threads = launch_info(func)
-    if not all(isinstance(g, int) for g in grid) or grid[2] != 1 or len(accs) != 1:  # not for a symbolic grid
+    forced = int(options[PassConfigKey.TL_CUDA_SPLIT_K])
+    sms = NUM_SMS.get(arch)
+    small = all(isinstance(g, int) for g in grid) and sms is not None and grid[0] * grid[1] * 2 <= sms
+
+    def skip(why: str, at: Any = None) -> tirx.PrimFunc:
+        if forced > 1 or (small and forced != 1):
+            return add_notes(func, [f"{at_line(at) if at is not None else ''}split-K not applied to the fused "
+                                    f"dequant GEMM: {why}"])
         return func
+
+    if not all(isinstance(g, int) for g in grid) or grid[2] != 1:  # not for a symbolic grid
+        return skip("the grid is symbolic or already uses blockIdx.z")
+    if len(accs) != 1:
+        return skip(f"the kernel has {len(accs)} fused gemms (split-K handles one)")
     acc = accs[0]
     tloops: list[Any] = []
     tvm_ffi.structural_map(func.body, [(tirx.For, lambda f: (tloops.append(f), f)[1] if f.thread_binding is not None
                                         and str(f.thread_binding.thread_tag) == "threadIdx.x" else f)])
     if len(tloops) != 1:
-        return func
+        return skip("the kernel does not have exactly one threadIdx.x loop")
     tloop = tloops[0]
     stmts = list(tloop.body.seq) if isinstance(tloop.body, tirx.SeqStmt) else [tloop.body]
     idx = None
     for i, st in enumerate(stmts):
         if isinstance(st, tirx.For) and STAGES_ATTR in st.annotations and calls_extern(st, "tl::gemm_dq4"):
             idx = i
-    if idx is None or idx + 1 >= len(stmts):
-        return func
-    loop, epi = stmts[idx], stmts[idx + 1]
+    if idx is None:
+        return skip("the fused gemm is not in a T.Pipelined loop at the kernel's top level")
+    loop = stmts[idx]
+    epilogue = "the loop is not followed directly by T.copy(accumulator, a global tensor) (the epilogue the " \
+        "last block of a tile runs)"
+    if idx + 1 >= len(stmts):
+        return skip(epilogue, loop)
+    epi = stmts[idx + 1]
     if not (isinstance(epi, tirx.Evaluate) and tile_op_name(epi) == "tl.copy"):
-        return func
+        return skip(epilogue, loop)
     args = list(epi.value.args)
     if not (isinstance(args[0], tvm.ir.TensorRegion) and isinstance(args[1], tvm.ir.TensorRegion)
             and args[0].source.same_as(acc) and is_global(args[1].source)):
-        return func
+        return skip(epilogue, loop)
     if any(_touches(x, acc) for x in stmts[idx + 2:]):
-        return func
+        return skip("statements after the epilogue touch the accumulator", loop)
     n = const_int(loop.extent)
     stages = int(loop.annotations[STAGES_ATTR])
     if n is None:
-        return func
-    S = _split_factor(grid[0] * grid[1], n, stages, arch, direct, est_regs, thread_count(func),
-                      int(options[PassConfigKey.TL_CUDA_SPLIT_K]))
+        return skip("the k loop's trip count is not a constant", loop)
+    S = _split_factor(grid[0] * grid[1], n, stages, arch, direct, est_regs, thread_count(func), forced)
     if S == 1:
+        if forced > 1:
+            return skip(f"pass_configs 'tl.cuda.split_k'={forced} needs a k loop whose {n} iterations divide "
+                        f"by {forced} with at least num_stages={stages} per share", loop)
         return func
     bz = tvm.ir.Var("bz_split", "int32")
     chunk = n // S
