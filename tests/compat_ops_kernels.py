@@ -374,3 +374,22 @@ def reshape_param(M, N):
             T.copy(s, Y)
 
     return main
+
+
+@tilelang.jit(out_idx=[-1])
+def small_block_gemm(threads, n=32, dtype="float32"):
+    """An n x n x n T.gemm in a block of fewer than 32 threads (the FMA path: no mma without whole warps)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((n, n), dtype), B: T.Tensor((n, n), dtype), C: T.Tensor((n, n), "float32")):
+        with T.Kernel(1, threads=threads):
+            As = T.alloc_shared((n, n), dtype)
+            Bs = T.alloc_shared((n, n), dtype)
+            Cl = T.alloc_fragment((n, n), "float32")
+            T.copy(A, As)
+            T.copy(B, Bs)
+            T.clear(Cl)
+            T.gemm(As, Bs, Cl)
+            T.copy(Cl, C)
+
+    return main

@@ -132,3 +132,8 @@ def test_sync_threads_orders_per_thread_code(tmp_path):
     assert "__syncthreads" in cuda_source(tmp_path, ops.reverse_through_shared, 64)
     x = torch.randn(64)
     assert torch.equal(emulate(ops.reverse_through_shared, (64,), {}, [x])[0], x.flip(0))
+
+
+def test_emulated_gemm_in_a_block_under_one_warp():
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    torch.testing.assert_close(emulate(ops.small_block_gemm, (8, 16), {}, [a, b])[0], a @ b, rtol=1e-5, atol=1e-4)

@@ -109,6 +109,9 @@ def test_kernels_under_one_warp():
     for threads in (1, 16):
         out = cuda(ops.row_reduce_options)(8, 64, "sum", False, 1, "float32", threads)(y.cuda()).cpu()
         torch.testing.assert_close(out, y.sum(1), rtol=1e-5, atol=1e-5)
+    a, b = torch.randn(32, 32, device="cuda"), torch.randn(32, 32, device="cuda")
+    for threads in (1, 16):
+        torch.testing.assert_close(cuda(ops.small_block_gemm)(threads)(a, b), a @ b, rtol=1e-4, atol=1e-4)
 
 
 def test_get_thread_binding():
