@@ -2,7 +2,10 @@
 ``@jit(target="cuda")``, run with poisoned outputs, against torch (and, where the CPU runs the same program, the
 CPU build). Atomics are checked with many blocks updating the same elements; ``nan_propagate`` on CUDA, kernels of
 one and sixteen threads, ``T.get_thread_binding``, and the fp16-accumulate GEMM (tensor cores round once per
-k-step; the CPU build now does the same, tests/test_compat_language_ops.py)."""
+k-step; the CPU build now does the same, tests/test_compat_language_ops.py).
+
+Written without a GPU and not yet run on one (the CUDA side is checked by tests/test_compat_language_ops_cuda.py:
+nvcc/NVRTC and the CUDA emulator); run with ``bash bench/gpu/test_suite.sh -k compat_ops`` on the GPU host."""
 
 from __future__ import annotations
 
