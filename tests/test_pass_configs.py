@@ -257,6 +257,7 @@ def test_the_cuda_compiler_identity_and_compile_flags_are_part_of_the_key(cache_
     assert "-lineinfo" in flagged.artifact.extra["cuda"]["nvcc_command"]
     assert _w4a16(compile_flags="-lineinfo").cache_status == "disk"  # the same flags, spelled as one string
     monkeypatch.setattr(nvcc, "_nvcc_version", lambda path: "Cuda compilation tools, release 99.9")
+    monkeypatch.setattr(nvcc, "_nvrtc_version", lambda: "99.9")  # whichever compiler "auto" resolves to
     _compiles_afresh(cache_dir, _w4a16)
     assert nvcc.compiler_identity("sm_90", "nvcc")["version"].endswith("99.9")
     assert "-O3" in nvcc.compiler_identity("sm_90", "nvcc")["flags"]
