@@ -89,6 +89,7 @@ class _Storage:
     written: np.ndarray | None = None  # bool per byte: ever written (shared and local)
     writer: np.ndarray | None = None  # int per byte: thread that wrote it this epoch, -1 none
     reader: np.ndarray | None = None  # int per byte: thread that read it this epoch, -1 none, -2 several
+    inflight: np.ndarray | None = None  # int per byte: thread whose cp.async has not landed yet, -1 none
     views: dict[str, np.ndarray] = field(default_factory=dict)
 
     def view(self, dt: str) -> np.ndarray:
@@ -113,6 +114,7 @@ def _fresh(name: str, nbytes: int, shared: bool, track: bool) -> _Storage:
     if shared:
         st.writer = np.full(nbytes, -1, dtype=np.int32)
         st.reader = np.full(nbytes, -1, dtype=np.int32)
+        st.inflight = np.full(nbytes, -1, dtype=np.int32)
     return st
 
 
@@ -132,6 +134,10 @@ class _Thread:
         self.block, self.tid = block, tid
         self.env = dict(env)
         self.local: dict[Any, _Storage] = {}
+        # cp.async: copies issued since the last commit, and the committed groups still in flight (oldest first);
+        # a copy is (shared storage, first byte, the 16 bytes it will write)
+        self.issued: list[tuple[_Storage, int, np.ndarray]] = []
+        self.groups: list[list[tuple[_Storage, int, np.ndarray]]] = []
 
 
 class _Block:
@@ -220,6 +226,10 @@ class Emulator:
         for e in elems:
             b0 = int(e) * size
             sl = slice(b0, b0 + size)
+            if st.inflight is not None and (st.inflight[sl] >= 0).any():
+                self.problem(f"thread {th.tid} {'writes' if write else 'reads'} {st.name} bytes {b0}..{b0 + size} "
+                             f"that a cp.async of thread {int(st.inflight[sl].max())} is still writing (no "
+                             "cp_async_wait covers it)")
             if not write and not st.written[sl].all():
                 self.problem(f"thread {th.tid} reads {st.name} bytes {b0}..{b0 + size} that were never written")
             if st.writer is not None and th.tid >= 0:
@@ -406,7 +416,48 @@ class Emulator:
             return
         if fname == "printf":
             return
+        if fname in ("tl::cp_async_16", "tl::cp_async_16_zfill"):
+            self._cp_async(fname, args, th)
+            return
+        if fname == "tl::cp_async_commit":
+            th.groups.append(th.issued)
+            th.issued = []
+            return
+        m = re.fullmatch(r"tl::cp_async_wait<(\d+)>", fname)
+        if m:
+            keep = int(m[1])
+            while len(th.groups) > keep:
+                self._cp_async_land(th, th.groups.pop(0))
+            return
         raise NotImplementedError(f"emulator: device function {fname}")
+
+    # -- cp.async (tl/copy.cuh) --------------------------------------------------------------------------
+    def _cp_async(self, fname: str, args: list[Any], th: _Thread) -> None:
+        """Issue a 16-byte copy: the source is read now, the shared bytes are written when a ``cp_async_wait``
+        retires its group; until then any access to them (by any thread) is reported."""
+        dst, src = self.pointer(args[0], th), self.pointer(args[1], th)
+        d0 = dst.elem * np.dtype(_STORAGE[dst.dtype]).itemsize
+        if not dst.storage.shared or d0 % 16 or d0 + 16 > len(dst.storage.data):
+            self.problem(f"cp.async to {dst.storage.name} byte {d0}: not 16 aligned bytes of shared memory")
+        pred = not fname.endswith("zfill") or bool(self.ev(args[2], th)[0])
+        if pred:
+            s0 = src.elem * np.dtype(_STORAGE[src.dtype]).itemsize
+            if s0 % 16 or s0 < 0 or s0 + 16 > len(src.storage.data):
+                self.problem(f"cp.async from {src.storage.name} byte {s0}: not 16 aligned bytes inside it")
+            data = src.storage.data[s0:s0 + 16].copy()
+        else:
+            data = np.zeros(16, dtype=np.uint8)
+        sl = slice(d0, d0 + 16)
+        self._track(dst.storage, th, np.array([d0 // 16]), 16, write=True)  # conflicts at issue
+        dst.storage.writer[sl] = -1  # ... but the bytes change only when the copy lands
+        dst.storage.inflight[sl] = th.tid
+        th.issued.append((dst.storage, d0, data))
+
+    def _cp_async_land(self, th: _Thread, group: list[tuple[_Storage, int, np.ndarray]]) -> None:
+        for st, d0, data in group:
+            st.inflight[d0:d0 + 16] = -1
+            self._track(st, th, np.array([d0 // 16]), 16, write=True)
+            st.data[d0:d0 + 16] = data
 
     # -- the reduce.cuh templates, step by step --------------------------------------------------------
     def _raw_load(self, th: _Thread, pb: _PtrBuf, i: int) -> np.ndarray:

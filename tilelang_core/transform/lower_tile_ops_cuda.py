@@ -39,6 +39,7 @@ from tvm import tirx
 
 from ..language._ir import Region, dtype_of
 from ..language.loops import PARALLEL_ATTR
+from ..language.math import infinity as float_infinity  # bfloat16 too (TVM's knows fp16/32/64)
 from ._cuda_common import (
     ATTR_SWIZZLE,
     PER_THREAD_SCOPES,
@@ -669,6 +670,12 @@ class LowerTileOpsCUDA(Rewriter):
         src, dst = Region.of(args[0]), Region.of(args[1])
         kind, dim, clear = str(args[2].value), const_int(args[3]), bool(const_int(args[4]))
         nan_propagate = len(args) > 5 and bool(const_int(args[5]))
+        # tl.PipelineCUDA's stage dimension in front of a multi-buffered source / destination (args 6, 7): not the
+        # user's, so `dim` and the rank rules below apply to the dimensions after it; accesses keep its index
+        lead_s, lead_d = (const_int(args[6]), const_int(args[7])) if len(args) > 7 else (0, 0)
+        spre, dpre = list(src.mins[:lead_s]), list(dst.mins[:lead_d])
+        src = Region(src.buffer, list(src.mins[lead_s:]), list(src.extents[lead_s:]))
+        dst = Region(dst.buffer, list(dst.mins[lead_d:]), list(dst.extents[lead_d:]))
         dt = str(dst.buffer.dtype)
         rank = len(src.extents)
         sext = [const_int(e) for e in src.extents]
@@ -685,9 +692,9 @@ class LowerTileOpsCUDA(Rewriter):
         if kind in ("sum", "abssum", "absmax"):
             init = tirx.const(0, dt)
         elif kind == "max":  # floats start from -inf / +inf, as on the CPU (a fully masked row stays -inf)
-            init = -tirx.infinity(dt) if is_float else tirx.min_value(dt)
+            init = -float_infinity(dt) if is_float else tirx.min_value(dt)
         else:
-            init = tirx.infinity(dt) if is_float else tirx.max_value(dt)
+            init = float_infinity(dt) if is_float else tirx.max_value(dt)
         op = {"sum": "SumOp", "abssum": "SumOp", "max": "MaxOp", "absmax": "MaxOp", "min": "MinOp"}[kind]
         if nan_propagate and op != "SumOp" and is_float:
             op = op.replace("Op", "NanOp")  # tl::MaxNanOp / MinNanOp: a NaN anywhere in a row wins (torch.amax)
@@ -709,7 +716,7 @@ class LowerTileOpsCUDA(Rewriter):
 
         def dst_idx(keep_coords: list[Any]) -> list[Any]:
             full = (list(keep_coords[:dim]) + [_imm(0)] + list(keep_coords[dim:])) if same_rank else list(keep_coords)
-            return [m + x for m, x in zip(dst.mins, full)]
+            return dpre + [m + x for m, x in zip(dst.mins, full)]
 
         if self._row_reduce_ok(src, dst, dim, sext):
             return self._reduce_rows(s, src, dst, init, f, comb, op, clear)
@@ -747,7 +754,7 @@ class LowerTileOpsCUDA(Rewriter):
 
             def acc_sh(reg: Any) -> Any:
                 coords, valid = lay.coords(self.tid, reg, self.ana)
-                v = self.read(src.buffer, [m + x for m, x in zip(src.mins, coords)])
+                v = self.read(src.buffer, spre + [m + x for m, x in zip(src.mins, coords)])
                 d = dflat([coords[x] for x in keep])
                 st = tirx.BufferStore(part, comb(_load(part, [d]), f(v)), [d])
                 return _guard([valid] if valid is not None else [], st)
@@ -782,7 +789,18 @@ class LowerTileOpsCUDA(Rewriter):
                 if not clear:
                     val = comb(self.read(dst.buffer, di), val)
                 return self.write(dst.buffer, val, di)
-            stmts.append(self.nest(kext, wr_full) if kext else wr_full([]))
+            if kd == "R":  # every thread keeps its own copy
+                stmts.append(self.nest(kext, wr_full) if kext else wr_full([]))
+            else:  # shared or global: one owner per element (thread d % threads), so clear=False adds it once
+                def wr_owned(d: Any) -> Any:
+                    co, rest = [], d
+                    for e in reversed(kext):
+                        co.append(rest % e if isinstance(rest, int) else self.ana.simplify(tirx.floormod(rest, e)))
+                        rest = rest // e if isinstance(rest, int) else tirx.floordiv(rest, e)
+                    owner = _imm(d % self.threads) if isinstance(d, int) else tirx.floormod(d, self.threads)
+                    co = [_imm(x) if isinstance(x, int) else x for x in co[::-1]]
+                    return _guard([tirx.EQ(self.tid, owner)], wr_full(co))
+                stmts.append(self.unrolled(D, wr_owned))
         return seq(stmts, s.span)
 
     def _row_reduce_ok(self, src: Region, dst: Region, dim: int, sext: list[int]) -> bool:

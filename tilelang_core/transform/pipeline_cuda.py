@@ -48,7 +48,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..language._ir import Region, dtype_of
+from ..language._ir import Region
 from ..language.loops import STAGES_ATTR
 from ..pass_config import DEFAULT, PassConfig, PassConfigKey
 from ._cuda_common import (
@@ -104,46 +104,33 @@ def _producer_dst(s: Any) -> Any:
     return None
 
 
-def _reduce_dst_staged_alone(s: Any, dsts: list[Any]) -> bool:
-    """A ``T.reduce_*`` in ``s`` writes into a tile the loop multi-buffers while reading one it does not: its
-    destination would gain a stage dimension its source lacks, which the reduction's rank rules cannot tell from a
-    destination of the source's rank (the loop then runs unpipelined)."""
-    hit: list[Any] = []
-
-    def ev(e: Any) -> Any:
-        if tile_op_name(e) == "tl.reduce":
-            src, dst = Region.of(e.value.args[0]).buffer, Region.of(e.value.args[1]).buffer
-            staged = [any(b.same_as(d) for d in dsts) for b in (src, dst)]
-            if staged[1] and not staged[0]:
-                hit.append(e)
-        return e
-
-    tvm_ffi.structural_map(s, [(tirx.Evaluate, ev)])
-    return bool(hit)
-
-
-def _shift_reduce_dims(node: Any, remap: dict[Any, Any]) -> Any:
-    """``T.reduce_*`` of a multi-buffered tile: the staged source gains a leading stage dimension, so the reduced
-    dimension moves up by one (without this, ``dim=0`` would reduce over the one-element stage dimension and the
-    lowering would index the destination with the source's other dimensions: wrong values and writes past the
+def _mark_reduce_stages(node: Any, remap: dict[Any, Any]) -> Any:
+    """Tell each ``T.reduce_*`` of a multi-buffered tile that its region is about to gain a leading stage
+    dimension: the call gets two more arguments, the number of leading dimensions of its source and of its
+    destination that are not the user's (1 for a staged tile, else 0; ``nan_propagate`` is made explicit first).
+    Without them the lowering would read the stage dimension as the user's first one: ``dim`` would name the wrong
+    axis and the result would be indexed with the source's other dimensions (wrong values, and writes past the
     destination's registers)."""
 
     def ev(e: Any) -> Any:
         if tile_op_name(e) != "tl.reduce":
             return e
         call = e.value
-        if not any(Region.of(call.args[0]).buffer.same_as(b) for b in remap):
+        lead = [int(any(Region.of(call.args[i]).buffer.same_as(b) for b in remap)) for i in (0, 1)]
+        if not any(lead):
             return e
-        dim = call.args[3]
-        args = [*call.args[:3], tirx.IntImm(dtype_of(dim) or "int32", int(dim.value) + 1), *call.args[4:]]
+        args = list(call.args[:6])
+        if len(args) == 5:
+            args.append(tirx.IntImm("bool", False))
+        args += [tirx.IntImm("int32", x) for x in lead]
         return tirx.Evaluate(tvm.ir.Call(call.op, args, ret_ty="handle"), span=e.span)
 
     return tvm_ffi.structural_map(node, [(tirx.Evaluate, ev)])
 
 
 def _with_stage(node: Any, remap: dict[Any, Any], stage: Any) -> Any:
-    """Point every access to a multi-buffered tile at ``stage`` (a reduction's ``dim`` follows its source)."""
-    node = _shift_reduce_dims(node, remap)
+    """Point every access to a multi-buffered tile at ``stage`` (reductions are told, see above)."""
+    node = _mark_reduce_stages(node, remap)
 
     def region(r: Any) -> Any:
         new = remap.get(r.source)
@@ -259,8 +246,6 @@ class PipelineCUDA(Rewriter):
             later = [d for p, d in zip(prod_idx, dsts) if p > i]
             if any(t.same_as(d) for t in touched for d in later):
                 return unpipelined(not_fit)
-        if any(_reduce_dst_staged_alone(x, dsts) for i, x in enumerate(stmts) if i not in prod_idx):
-            return plain
         inside = _count_uses(body)
         for d in dsts:
             if self.uses.get(d, 0) != inside.get(d, 0):
