@@ -30,6 +30,9 @@ from tilelang_core.backend import cuda as cuda_backend  # noqa: E402
 CPU_SEEDS = range(0, 100)
 CUDA_SEEDS = list(range(0, 100, 5))
 CUDA_BATCH = 30
+# reduction-family seeds whose CUDA kernels also run in the CPU emulator (a few seconds each): fragment and shared
+# tiles, pipelined (31, 88: a shared stage reduced along dim 1 / dim 0; 88 is an H200 finding) and not, 2-D and 3-D
+EMULATED_SEEDS = [4, 10, 13, 16, 31, 88]
 ARCH = "sm_90"
 KERNEL_START = 'extern "C" __global__'
 
@@ -110,6 +113,24 @@ def test_generated_programs_compile_for_cuda_with_nvcc(batch: int, tmp_path: Pat
             _fail(programs[seed], "nvcc failed:\n" + "\n".join(errors), "cuda-nvcc")
     pytest.fail("a batched nvcc run failed but every kernel compiles on its own: the batching itself broke "
                 "(kernel names or preambles clash)")
+
+
+@pytest.mark.parametrize("seed", EMULATED_SEEDS)
+def test_generated_reduction_matches_torch_in_the_cuda_emulator(seed: int) -> None:
+    """The CUDA kernel of a reduction-family program, executed by tests/cuda_emulator.py (thread semantics,
+    barriers, cp.async, races reported) against the same torch reference as the CPU runs."""
+    from cuda_emulator import Emulator
+
+    program = pf.generate(seed)
+    assert program.family == "reduce"
+    inputs, outs = program.make_inputs(), program.poisoned_outputs()
+    try:
+        Emulator(program.prim_func(), ARCH).run(inputs + outs)
+        message = pf.compare(program, outs, inputs)
+    except Exception as e:  # noqa: BLE001 - an emulation error (race, unwritten read ...) is a finding too
+        message = f"{type(e).__name__}: {e}"
+    if message is not None:
+        _fail(program, message, "cuda-emulated")
 
 
 def test_a_mismatch_is_reported_and_saved_as_a_reproducer(tmp_path: Path) -> None:
