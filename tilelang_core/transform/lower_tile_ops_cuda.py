@@ -22,7 +22,9 @@ and ``T.alloc_var`` buffers).
   accumulator elements it owns. An A operand held in a fragment is first written to a shared scratch tile.
 * ``tl.reduce`` — each thread folds the elements it owns into per-row partials, then ``tl::block_allreduce``
   combines them across the block (warp shuffles, then shared memory across warps); every thread ends with the
-  result, which is what a replicated destination needs.
+  result, which is what a replicated destination needs; a shared or global destination gets each element from one
+  owner thread. A leading stage dimension ``tl.PipelineCUDA`` gave a multi-buffered tile is not the user's: the
+  call says so (arguments 6 and 7) and ``dim`` applies to the dimensions after it.
 * ``tl.fill``, ``tl.atomic_add`` (``atomicAdd``), ``tl.print`` (``printf`` from thread 0).
 
 Global accesses that a ragged shape can push out of bounds are guarded (reads give 0, writes are skipped); a
