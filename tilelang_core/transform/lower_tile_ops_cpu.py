@@ -24,6 +24,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..language._ir import Region, dtype_of
+from ..language.math import infinity as float_infinity  # bfloat16 too (TVM's knows fp16/32/64)
 from ._regions import in_bounds_conds, indices_at, is_global, squeezed
 from ._rewriter import Rewriter, and_all, const_int, make_for, new_var, seq
 from .validate_tile_ops import tile_op_name
@@ -416,9 +417,9 @@ class LowerTileOpsCPU(Rewriter):
             # floats start from -inf / +inf (TileLang's identity): the max of a fully masked row stays -inf
             is_float = dt.startswith(("float", "bfloat"))
             if kind == "max":
-                init = -tirx.infinity(dt) if is_float else tirx.min_value(dt)
+                init = -float_infinity(dt) if is_float else tirx.min_value(dt)
             else:
-                init = tirx.infinity(dt) if is_float else tirx.max_value(dt)
+                init = float_infinity(dt) if is_float else tirx.max_value(dt)
 
         def f(x: Any) -> Any:
             x = _cast(x, dt)
@@ -431,7 +432,7 @@ class LowerTileOpsCPU(Rewriter):
             if not dt.startswith(("float", "bfloat")):
                 return m
             if nan_propagate:  # x + y is NaN exactly when one of them is: branch-free, vectorises
-                return tirx.Select(tirx.isnan(x) | tirx.isnan(y), x + y, m)
+                return tirx.Select(_isnan(x) | _isnan(y), x + y, m)
             # skip a NaN element as fmaxf / fminf do (CUDA's reduction, TileLang): ``y`` (the new element or lane)
             # replaces ``x`` (the running value) only when the comparison holds, which a NaN never does. TVM's
             # max(x, y) lets a NaN in y through, then a later max(NaN, z) drops it again: whether a row with a NaN
@@ -658,3 +659,8 @@ def _legalize_bool_compares(func: tirx.PrimFunc) -> tirx.PrimFunc:
 def lower_tile_ops_cpu(func: tirx.PrimFunc, vector_bytes: int = 32) -> tirx.PrimFunc:
     _refuse_thread_index(func)
     return LowerTileOpsCPU(vector_bytes).run(_legalize_bool_compares(func))
+
+
+def _isnan(x: Any) -> Any:
+    """``isnan`` for any float dtype (TVM has none for bfloat16: tested in float32, exact)."""
+    return tirx.isnan(tirx.Cast("float32", x) if (dtype_of(x) or "").startswith("bfloat16") else x)

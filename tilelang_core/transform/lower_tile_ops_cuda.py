@@ -710,7 +710,7 @@ class LowerTileOpsCUDA(Rewriter):
                 return x + y
             m = tirx.max(x, y) if op.startswith("Max") else tirx.min(x, y)
             if op.endswith("NanOp"):  # x + y is NaN exactly when one of them is
-                return tirx.Select(tirx.isnan(x) | tirx.isnan(y), x + y, m)
+                return tirx.Select(_isnan(x) | _isnan(y), x + y, m)
             return m
 
         def dflat(keep_coords: list[Any]) -> Any:
@@ -965,3 +965,7 @@ def lower_tile_ops_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
         out = out.with_attr(ATTR_SWIZZLE, merged)
     return out
 
+
+def _isnan(x: Any) -> Any:
+    """``isnan`` for any float dtype (TVM has none for bfloat16: tested in float32, exact)."""
+    return tirx.isnan(tirx.Cast("float32", x) if (dtype_of(x) or "").startswith("bfloat16") else x)

@@ -13,6 +13,12 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
+// TVM's CUDA codegen prints a bfloat16 infinity constant as __float2bfloat16_rn(inff) (its float printer's
+// spelling of inf), which no CUDA header defines.
+#ifndef inff
+#define inff __int_as_float(0x7f800000)
+#endif
+
 namespace tl {
 
 // 32-bit shared-state-space address of a generic pointer into shared memory.
