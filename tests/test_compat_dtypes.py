@@ -167,7 +167,7 @@ def test_fp8_conversions_on_the_cpu_equal_torch_bit_for_bit(fp8):
 
 @pytest.mark.parametrize("fp8", FP8)
 def test_fp8_constants_are_encoded_as_torch_rounds_them(fp8):
-    from tilelang_core.transform.fp8_cast_cpu import encode_constant
+    from tilelang_core.transform.cpu.fp8_cast_cpu import encode_constant
 
     x = _hard_floats(64)
     got = torch.tensor([encode_constant(float(v), str(fp8)) for v in x], dtype=torch.int32)

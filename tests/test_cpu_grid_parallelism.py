@@ -9,7 +9,7 @@ import torch
 
 import tilelang_core as tilelang
 import tilelang_core.language as T
-from tilelang_core.transform.serialize_small_grids_cpu import MIN_PARALLEL_WORK
+from tilelang_core.transform.cpu.serialize_small_grids_cpu import MIN_PARALLEL_WORK
 
 
 @tilelang.jit(out_idx=[-1])

@@ -136,7 +136,7 @@ def test_use_swizzle_remaps_block_indices(tmp_path):
 def _layouts(func):
     """The fragment layouts the CUDA pipeline picks for ``func``, by fragment name."""
     from tilelang_core.transform import cuda_passes
-    from tilelang_core.transform._cuda_common import layouts_of
+    from tilelang_core.transform.cuda.common import layouts_of
 
     for name, fn in cuda_passes():
         func = fn(func)
@@ -598,7 +598,7 @@ def test_split_k_can_reduce_through_a_cluster_instead(tmp_path):
 
 @needs_nvcc
 def test_split_k_falls_back_to_a_cluster_when_the_workspace_would_be_too_big(tmp_path, monkeypatch):
-    from tilelang_core.transform import fuse_dequant_gemm_cuda
+    from tilelang_core.transform.cuda import fuse_dequant_gemm_cuda
 
     monkeypatch.setattr(fuse_dequant_gemm_cuda, "WORKSPACE_LIMIT", 1024)  # bytes: any split-K needs more
     art = _build_split_k_decode(tmp_path, compile_cubin=False)
@@ -614,7 +614,7 @@ def test_kernels_without_split_k_keep_no_state_between_launches(tmp_path):
 
 
 def test_split_factor_fills_the_sms_for_direct_weights():
-    from tilelang_core.transform.fuse_dequant_gemm_cuda import _split_factor
+    from tilelang_core.transform.cuda.fuse_dequant_gemm_cuda import _split_factor
 
     assert _split_factor(128, 32, 4, "sm_90", direct=True) == 4  # 512 blocks: >= 2 per SM
     assert _split_factor(128, 32, 4, "sm_90", direct=False) == 1  # the shared-memory schedule: grid not < SMs / 2
@@ -631,7 +631,7 @@ def test_split_factor_fills_the_sms_for_direct_weights():
 def test_register_estimate_tracks_ptxas_for_the_decode_tiles():
     """The split-K choice uses an estimate made before ptxas runs; ptxas's counts for these tiles (H200 build):
     16x64x256 113, 16x128x256 159, 16x128x512 232, 16x128x128 127 registers (per-channel, 128 threads)."""
-    from tilelang_core.transform.fuse_dequant_gemm_cuda import estimated_registers
+    from tilelang_core.transform.cuda.fuse_dequant_gemm_cuda import estimated_registers
 
     cases = [((16, 2, 256, 1, 2, True, 4), 113), ((16, 4, 256, 1, 1, True, 8), 159),
              ((16, 4, 512, 1, 1, True, 8), 232), ((16, 4, 128, 1, 1, True, 8), 127)]

@@ -14,7 +14,7 @@ import tvm
 import tvm.sym
 from tvm import tirx
 
-from tilelang_core.transform._cuda_layouts import (
+from tilelang_core.transform.cuda.layouts import (
     FragmentLayout,
     plan_gemm,
     swizzle_expr,

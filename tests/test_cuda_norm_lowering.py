@@ -156,7 +156,7 @@ def test_emulated_cuda_kernel_matches_torch_and_the_cpu_build(case: nf.Case) -> 
 def test_emulator_reproduces_the_h200_report_without_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the lanes' temporaries shared again (the lowering before the fix), the emulated LayerNorm shows what
     the H200 showed: Mean exact, about three quarters of Y wrong (every lane but the last of each 4-float chunk)."""
-    import tilelang_core.transform.lower_parallel_cuda as lp
+    import tilelang_core.transform.cuda.lower_parallel_cuda as lp
 
     monkeypatch.setattr(lp, "_lane_private", lambda body, lane, lanes: (body, []))
     case = nf.layer_norm_case(2, 1024, "float16", "input")
@@ -175,7 +175,7 @@ def test_emulator_reproduces_the_h200_report_without_the_fix(monkeypatch: pytest
 def test_emulator_reports_a_missing_barrier(monkeypatch: pytest.MonkeyPatch) -> None:
     """The emulator runs threads one after another between barriers, so a missing barrier would not change its
     numbers: it reports the race instead."""
-    import tilelang_core.transform.insert_syncs_cuda as syncs
+    import tilelang_core.transform.cuda.insert_syncs_cuda as syncs
 
     monkeypatch.setattr(syncs, "insert_syncs_cuda", lambda func: func)
     case = nf.layer_norm_case(1, 1024, "float16", "input")

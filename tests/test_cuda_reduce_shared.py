@@ -21,7 +21,7 @@ import torch
 
 import tilelang_core as tilelang
 import tilelang_core.language as T
-from tilelang_core.transform import pipeline_cuda as pipeline_mod
+from tilelang_core.transform.cuda import pipeline_cuda as pipeline_mod
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

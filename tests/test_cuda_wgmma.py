@@ -1,6 +1,6 @@
 """Hopper wgmma for T.gemm (issue 15, part 1), checked without a GPU.
 
-* index math: the wgmma shared layouts (``_cuda_layouts.wgmma_offset_py``) against the canonical layouts a
+* index math: the wgmma shared layouts (``cuda.layouts.wgmma_offset_py``) against the canonical layouts a
   shared-memory matrix descriptor describes (PTX ISA, "Shared memory matrix layout": 8-row core matrices, swizzle
   atoms, LBO/SBO strides), with the descriptor fields computed as ``tl::wgmma_operand_desc`` computes them; the
   ``wgmma`` accumulator layout against the PTX ISA's m64nNk16 D-fragment table;
@@ -25,7 +25,7 @@ from tilelang_core.jit import _normalize_out_idx, _param_specs
 from tilelang_core.jit.cuda import build_artifact
 from tilelang_core.pass_config import resolve
 from tilelang_core.target import cuda_target
-from tilelang_core.transform._cuda_layouts import (
+from tilelang_core.transform.cuda.layouts import (
     WGMMA_SWIZZLE_BASE,
     FragmentLayout,
     plan_wgmma,

@@ -32,9 +32,9 @@ from tilelang_core.jit import _normalize_out_idx, _param_specs
 from tilelang_core.jit.cuda import build_artifact
 from tilelang_core.language._ir import Region
 from tilelang_core.pass_config import resolve
-from tilelang_core.transform import pipeline_cuda
-from tilelang_core.transform._cuda_common import extern_name, is_sync, loads_in, substitute
-from tilelang_core.transform.validate_tile_ops import tile_op_name
+from tilelang_core.transform.common.rewriter import tile_op_name
+from tilelang_core.transform.cuda import pipeline_cuda
+from tilelang_core.transform.cuda.common import extern_name, is_sync, loads_in, substitute
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cuda_wgmma import _cuobjdump  # noqa: E402

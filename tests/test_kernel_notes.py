@@ -12,7 +12,7 @@ import pytest
 import tilelang_core as tilelang
 from tilelang_core.backend.cuda import codegen
 from tilelang_core.quickstart import matmul_relu
-from tilelang_core.transform.notes import read_notes
+from tilelang_core.transform.common.notes import read_notes
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))

@@ -177,7 +177,7 @@ def test_the_compiler_sources_are_all_of_the_package_that_makes_kernels():
     root = Path(tilelang.__file__).parent
     rel = {f.relative_to(root).as_posix() for f in cache.compiler_sources(root)}
     assert {"jit/__init__.py", "jit/cache.py", "jit/cuda.py", "target.py", "pass_config.py", "errors.py",
-            "transform/fuse_dequant_gemm_cuda.py", "backend/cuda/include/tl/dequant.cuh",
+            "transform/cuda/fuse_dequant_gemm_cuda.py", "backend/cuda/include/tl/dequant.cuh",
             "backend/cuda/nvcc.py"} <= rel
     assert not any(r.startswith(("trace/", "autotune/")) for r in rel)
 

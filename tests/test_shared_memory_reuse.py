@@ -10,8 +10,8 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from tilelang_core.transform._cuda_common import extern, is_sync, sync_stmt
-from tilelang_core.transform.lower_shared_memory_cuda import _flatten, _insert_barriers, _plan_reuse
+from tilelang_core.transform.cuda.common import extern, is_sync, sync_stmt
+from tilelang_core.transform.cuda.lower_shared_memory_cuda import _flatten, _insert_barriers, _plan_reuse
 
 N = 1024
 

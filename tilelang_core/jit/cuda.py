@@ -35,7 +35,7 @@ def build_artifact(func: Any, out_dir: Any, target: dict[str, Any], specs: list[
     write its ``meta.json``."""
     from ..backend import cuda as cuda_backend
     from ..pass_config import resolve
-    from ..transform.notes import read_notes
+    from ..transform.common.notes import read_notes
 
     opts = resolve(pass_configs)
     arch = str(target.get("arch", cuda_backend.DEFAULT_ARCH))

@@ -165,11 +165,11 @@ class Trace:
     @property
     def notes(self) -> list[str]:
         """Fast paths the lowering did not take and why (the ``tl.notes`` / ``tl.wgmma_notes`` attributes of the
-        last stage our passes produced; see :mod:`tilelang_core.transform.notes`)."""
+        last stage our passes produced; see :mod:`tilelang_core.transform.common.notes`)."""
         ours = [s for s in self.stages if s.origin in ("input", "tilelang") and s.module is not None]
         if not ours:
             return []
-        from ..transform.notes import read_notes
+        from ..transform.common.notes import read_notes
 
         return read_notes(ours[-1].module)
 

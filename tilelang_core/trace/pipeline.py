@@ -14,6 +14,7 @@ import pkgutil
 import re
 from typing import Any
 
+_HELPER_MODULES = {"notes", "rewriter", "regions", "common", "layouts"}  # no passes in these
 _PREFIX = re.compile(r"^pass(es)?:\s*", re.IGNORECASE)
 
 
@@ -23,14 +24,16 @@ def _first_line(doc: str | None) -> str:
 
 
 def _pass_functions() -> dict[str, Any]:
-    """Every public function of the ``tilelang_core.transform`` modules, by its name without underscores."""
+    """Every public function of the pass modules under ``tilelang_core.transform`` (``common/``, ``cpu/``,
+    ``cuda/``, ...), by its name without underscores; the shared helper modules are skipped."""
     import tilelang_core.transform as pkg
 
     found: dict[str, Any] = {}
-    for info in pkgutil.iter_modules(pkg.__path__):
-        if info.name.startswith("_") or info.name == "notes":
+    for info in pkgutil.walk_packages(pkg.__path__, prefix=f"{pkg.__name__}."):
+        leaf = info.name.rsplit(".", 1)[-1]
+        if info.ispkg or leaf.startswith("_") or leaf in _HELPER_MODULES:
             continue
-        mod = importlib.import_module(f"{pkg.__name__}.{info.name}")
+        mod = importlib.import_module(info.name)
         for name, obj in vars(mod).items():
             if inspect.isfunction(obj) and not name.startswith("_") and obj.__module__ == mod.__name__:
                 found.setdefault(name.replace("_", "").lower(), obj)

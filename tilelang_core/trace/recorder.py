@@ -161,7 +161,7 @@ def statement_locations(module: Any) -> list[tuple[str, SourceLocation]]:
     import tvm_ffi
     from tvm import tirx
 
-    from ..transform._rewriter import location_of
+    from ..transform.common.rewriter import location_of
 
     found: list[tuple[str, SourceLocation]] = []
 

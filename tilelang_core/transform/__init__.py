@@ -1,22 +1,28 @@
-"""Our TIR passes, in pipeline order. Each module holds one pass and says what it does and why."""
+"""Our TIR passes, in pipeline order. Each module holds one pass and says what it does and why.
+
+Layout: ``common/`` the target-independent passes and the helpers every pass shares (``rewriter``: the
+``Rewriter`` and IR builders; ``regions``: tile-region arithmetic; ``notes``: kernel notes), ``cpu/`` the CPU
+lowering, ``cuda/`` the CUDA lowering (``cuda/common``: the attributes CUDA passes hand each other and their shared
+IR helpers; ``cuda/layouts``: fragment/shared layouts and swizzles), ``cuda/sm90/`` reserved for Hopper-only
+pieces. This module builds the per-target pass lists and re-exports the passes."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..pass_config import PassConfigKey  # TileLang's spelling: tilelang.transform.PassConfigKey
-from .clamp_guarded_loops_cpu import clamp_guarded_loops_cpu
-from .fast_exp_cpu import fast_exp_cpu
-from .fp8_cast_cpu import fp8_cast_cpu
-from .localize_buffers_cpu import localize_buffers_cpu
-from .lower_kernel_grid_cpu import lower_kernel_grid_cpu
-from .lower_parallel_cpu import lower_parallel_cpu
-from .lower_tile_ops_cpu import lower_tile_ops_cpu
-from .nan_skipping_minmax import nan_skipping_minmax
-from .promote_index_int64 import check_index_extents, promote_index_int64
-from .serialize_small_grids_cpu import serialize_small_grids_cpu
-from .split_div_mod_cpu import split_div_mod_cpu
-from .validate_tile_ops import validate_tile_ops
+from .common.nan_skipping_minmax import nan_skipping_minmax
+from .common.promote_index_int64 import check_index_extents, promote_index_int64
+from .common.validate_tile_ops import validate_tile_ops
+from .cpu.clamp_guarded_loops_cpu import clamp_guarded_loops_cpu
+from .cpu.fast_exp_cpu import fast_exp_cpu
+from .cpu.fp8_cast_cpu import fp8_cast_cpu
+from .cpu.localize_buffers_cpu import localize_buffers_cpu
+from .cpu.lower_kernel_grid_cpu import lower_kernel_grid_cpu
+from .cpu.lower_parallel_cpu import lower_parallel_cpu
+from .cpu.lower_tile_ops_cpu import lower_tile_ops_cpu
+from .cpu.serialize_small_grids_cpu import serialize_small_grids_cpu
+from .cpu.split_div_mod_cpu import split_div_mod_cpu
 
 
 def cpu_passes(vector_bytes: int) -> list[tuple[str, Any]]:
@@ -46,15 +52,15 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
     ``options``: the :class:`~tilelang_core.pass_config.PassConfig` (or a ``pass_configs`` dict) the passes read.
     Imported lazily so the CPU path does not load them."""
     from ..pass_config import resolve
-    from .fast_exp_cuda import fast_exp_cuda
-    from .fuse_dequant_gemm_cuda import fuse_dequant_gemm_cuda
-    from .infer_fragment_layouts_cuda import infer_fragment_layouts_cuda
-    from .insert_syncs_cuda import insert_syncs_cuda
-    from .lower_kernel_launch_cuda import lower_kernel_launch_cuda
-    from .lower_parallel_cuda import lower_parallel_cuda
-    from .lower_shared_memory_cuda import lower_shared_memory_cuda
-    from .lower_tile_ops_cuda import lower_tile_ops_cuda
-    from .pipeline_cuda import pipeline_cuda
+    from .cuda.fast_exp_cuda import fast_exp_cuda
+    from .cuda.fuse_dequant_gemm_cuda import fuse_dequant_gemm_cuda
+    from .cuda.infer_fragment_layouts_cuda import infer_fragment_layouts_cuda
+    from .cuda.insert_syncs_cuda import insert_syncs_cuda
+    from .cuda.lower_kernel_launch_cuda import lower_kernel_launch_cuda
+    from .cuda.lower_parallel_cuda import lower_parallel_cuda
+    from .cuda.lower_shared_memory_cuda import lower_shared_memory_cuda
+    from .cuda.lower_tile_ops_cuda import lower_tile_ops_cuda
+    from .cuda.pipeline_cuda import pipeline_cuda
 
     opts = resolve(options)
     return [

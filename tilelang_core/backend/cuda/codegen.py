@@ -100,7 +100,7 @@ def generate(mod: Any, arch: str = "sm_90", instruments: list[Any] | None = None
     from tvm.tirx.build import codegen_build, split_host_device_mods
 
     from ...pass_config import PassConfigKey, resolve
-    from ...transform._cuda_common import ATTR_LAUNCH, ATTR_SMEM
+    from ...transform.cuda.common import ATTR_LAUNCH, ATTR_SMEM
 
     func = mod["main"]
     launch = func.attrs[ATTR_LAUNCH]

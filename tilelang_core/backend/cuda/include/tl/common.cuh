@@ -28,7 +28,7 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 
 // XOR swizzle of a byte offset inside a shared tile: the 16-byte chunk index (bits 4..6) is XOR-ed with bits
 // SHIFT..SHIFT+2 (the row for rows of >= 128 bytes, else the 128-byte line). SHIFT == 0: no swizzle.
-// Must match tilelang_core/transform/_cuda_layouts.py:swizzle_expr.
+// Must match tilelang_core/transform/cuda/layouts.py:swizzle_expr.
 template <int SHIFT>
 __device__ __forceinline__ int swizzle(int byte_off) {
   if constexpr (SHIFT == 0) {

@@ -3,7 +3,7 @@
 // C (M x N) is spread over a WARP_M x WARP_N grid of warps; warp (wr, wc) owns rows [wr*WM, (wr+1)*WM) and
 // columns [wc*WN, (wc+1)*WN), as MT x NT atoms of 16 x 8. Accumulator register ((mi * NT) + ni) * 4 + k of lane l
 // holds row wr*WM + mi*16 + l/4 + 8*(k/2), column wc*WN + ni*8 + 2*(l%4) + k%2 — the `mma` fragment layout of
-// tilelang_core/transform/_cuda_layouts.py. A is stored M x K (K x M when TRANS_A), B K x N (N x K when TRANS_B),
+// tilelang_core/transform/cuda/layouts.py. A is stored M x K (K x M when TRANS_A), B K x N (N x K when TRANS_B),
 // row-major, swizzled with SWZ_A / SWZ_B (see tl::swizzle).
 #pragma once
 #include "tl/common.cuh"

@@ -6,9 +6,9 @@
 // one wgmma.mma_async.m64n{NC}k16 whose A and B come from shared-memory matrix descriptors. Accumulator register
 // ((mi * NT) + ni) * 4 + k (NT = WN / 8) of lane l in warp w (of the group) holds row
 // (mi*WG_M + gr)*64 + 16*(w%4) + l/4 + 8*(k/2), column gc*WN + ni*8 + 2*(l%4) + k%2: the `wgmma` fragment layout
-// of tilelang_core/transform/_cuda_layouts.py.
+// of tilelang_core/transform/cuda/layouts.py.
 //
-// Shared layouts (tilelang_core/transform/_cuda_layouts.py, wgmma_offset_expr): a stored R x C tile (C = the
+// Shared layouts (tilelang_core/transform/cuda/layouts.py, wgmma_offset_expr): a stored R x C tile (C = the
 // contiguous dimension) with swizzle SWZ bytes (128, 64 or 32; W = SWZ / sizeof(T) elements) is kept as C / W
 // column blocks of R x W, one after the other, each row of SWZ bytes, and inside every 8-row atom (8 * SWZ bytes)
 // the 16-byte chunk index XOR-ed with the row: Swizzle<log2(SWZ/16), 4, 3> of the byte address. Tiles sit on

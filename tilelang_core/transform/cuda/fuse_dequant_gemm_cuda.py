@@ -69,17 +69,23 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..language._ir import Region, dtype_of
-from ..language.loops import PARALLEL_ATTR, STAGES_ATTR
-from ..pass_config import DEFAULT, PassConfig, PassConfigKey
-from ._cuda_common import (
+from ...language._ir import Region, dtype_of
+from ...language.loops import PARALLEL_ATTR, STAGES_ATTR
+from ...pass_config import DEFAULT, PassConfig, PassConfigKey
+from ..common.notes import add_notes, at_line
+from ..common.regions import in_bounds_conds, is_global
+from ..common.rewriter import Rewriter, and_all, const_int, new_var, tile_op_name
+from .common import (
     ATTR_LAUNCH,
     calls_extern,
+    count_uses,
     extern,
     extern_name,
     find_thread_var,
+    gemm_operands,
     is_fragment,
     is_shared,
+    is_whole_tile,
     launch_info,
     layouts_of,
     loads_in,
@@ -89,12 +95,6 @@ from ._cuda_common import (
     swizzles_of,
     thread_count,
 )
-from ._regions import in_bounds_conds, is_global
-from ._rewriter import Rewriter, and_all, const_int, new_var
-from .infer_fragment_layouts_cuda import gemm_operands, is_whole_tile
-from .notes import add_notes, at_line
-from .pipeline_cuda import _count_uses
-from .validate_tile_ops import tile_op_name
 
 WORKSPACE_LIMIT = 64 << 20  # bytes of split-K partials a kernel may keep in global memory (else: a cluster)
 ATTR_CLUSTER = "tl.cluster_dims"  # [x, y, z]: compile-time thread-block cluster shape (codegen adds __cluster_dims__)
@@ -167,7 +167,7 @@ class FuseDequantGemmCUDA(Rewriter):
         self.layouts = layouts_of(func)
         self.locals = locals_of(func)
         self.swizzle = swizzles_of(func)
-        self.uses = _count_uses(func.body)
+        self.uses = count_uses(func.body)
         self.tid = find_thread_var(func)
         self.removed: list[Any] = []
         self.fused_accumulators: list[Any] = []

@@ -28,7 +28,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..language._ir import dtype_of
+from ...language._ir import dtype_of
 
 # name -> (exponent bits, mantissa bits, bias)
 _FORMATS = {"float8_e4m3fn": (4, 3, 7), "float8_e5m2": (5, 2, 15)}

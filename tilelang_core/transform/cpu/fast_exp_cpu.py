@@ -30,7 +30,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..language._ir import dtype_of
+from ...language._ir import dtype_of
 
 _COEFFS_EXP2 = [math.log(2) ** k / math.factorial(k) for k in range(8)]
 _COEFFS_EXP = [1.0 / math.factorial(k) for k in range(8)]

@@ -12,9 +12,8 @@ from typing import Any
 
 from tvm import tirx
 
-from ..language.kernel import KERNEL_ATTR
-from ._rewriter import Rewriter, make_for, new_var, seq
-from .validate_tile_ops import tile_op_name
+from ...language.kernel import KERNEL_ATTR
+from ..common.rewriter import Rewriter, make_for, new_var, seq, tile_op_name
 
 
 class _FindAtomics(Rewriter):

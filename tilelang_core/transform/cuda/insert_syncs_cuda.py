@@ -18,10 +18,9 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..language.loops import PARALLEL_ATTR
-from ._cuda_common import is_shared, is_sync, loads_in, sync_stmt
-from ._rewriter import const_int
-from .validate_tile_ops import tile_op_name
+from ...language.loops import PARALLEL_ATTR
+from ..common.rewriter import const_int, tile_op_name
+from .common import is_shared, is_sync, loads_in, sync_stmt
 
 _State = tuple[frozenset, frozenset]  # (written, read) since the last barrier, as buffer handles
 _EMPTY: _State = (frozenset(), frozenset())

@@ -22,8 +22,8 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..language.loops import PARALLEL_ATTR
-from ._rewriter import Rewriter, const_int, new_var
+from ...language.loops import PARALLEL_ATTR
+from ..common.rewriter import Rewriter, const_int, new_var
 
 
 def _divisors_of(body: Any, var: Any) -> set[int] | None:

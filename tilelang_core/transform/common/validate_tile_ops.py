@@ -10,21 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import tvm
 from tvm import tirx
 
-from ..language._ir import Region
-from ..language.alloc import SCOPE_FRAGMENT, SCOPE_LOCAL, SCOPE_SHARED
-from ._regions import fmt_extents, squeezed
-from ._rewriter import Rewriter, const_int
-
-
-def tile_op_name(s: Any) -> str | None:
-    """The ``tl.*`` op an ``Evaluate`` statement calls, or None."""
-    v = s.value
-    if isinstance(v, tvm.ir.Call) and isinstance(v.op, tvm.ir.Op) and str(v.op.name).startswith("tl."):
-        return str(v.op.name)
-    return None
+from ...language._ir import Region
+from ...language.alloc import SCOPE_FRAGMENT, SCOPE_LOCAL, SCOPE_SHARED
+from .regions import fmt_extents, squeezed
+from .rewriter import Rewriter, const_int, tile_op_name
 
 
 class ValidateTileOps(Rewriter):

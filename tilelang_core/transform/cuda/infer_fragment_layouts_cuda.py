@@ -40,21 +40,26 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..errors import TileLangCompileError
-from ..language._ir import Region
-from ..language.loops import PARALLEL_ATTR
-from ..pass_config import DEFAULT, PassConfig, PassConfigKey
-from ._cuda_common import (
+from ...errors import TileLangCompileError
+from ...language._ir import Region
+from ...language.loops import PARALLEL_ATTR
+from ...pass_config import DEFAULT, PassConfig, PassConfigKey
+from ..common.regions import is_global
+from ..common.rewriter import Rewriter, const_int, location_of, tile_op_name
+from .common import (
     ATTR_LAYOUTS,
     ATTR_LOCALS,
     ATTR_SWIZZLE,
+    ATTR_WGMMA_NOTES,
+    gemm_operands,
     is_fragment,
     is_shared,
+    is_whole_tile,
     loads_in,
     parallel_nest,
     thread_count,
 )
-from ._cuda_layouts import (
+from .layouts import (
     WGMMA_SWIZZLE_BASE,
     FragmentLayout,
     GemmPlan,
@@ -64,45 +69,6 @@ from ._cuda_layouts import (
     swizzle_shift,
     wgmma_swizzle_bytes,
 )
-from ._regions import is_global, squeezed
-from ._rewriter import Rewriter, const_int, location_of
-from .validate_tile_ops import tile_op_name
-
-
-def gemm_operands(s: Any, ana: Any) -> dict[str, Any]:
-    """Decode a ``tl.gemm`` statement: regions, flags, (M, N, K) and whether A/B are whole tiles."""
-    args = s.value.args
-    a, b, c = (Region.of(x) for x in args[:3])
-    ta, tb, clear = (bool(const_int(x)) for x in args[3:6])
-    policy = const_int(args[6]) or 0
-
-    def mat(r: Region) -> list[Any]:
-        dims = squeezed(r, ana)
-        if len(dims) != 2:
-            dims = [len(r.extents) - 2, len(r.extents) - 1]
-        return [const_int(r.extents[d]) for d in dims]
-
-    am, bm = mat(a), mat(b)
-    M, K = (am[1], am[0]) if ta else (am[0], am[1])
-    N = bm[0] if tb else bm[1]
-    return {"a": a, "b": b, "c": c, "ta": ta, "tb": tb, "clear": clear, "policy": policy, "M": M, "N": N, "K": K,
-            "a_whole": is_whole_tile(a) or is_fragment(a.buffer), "b_whole": is_whole_tile(b)}
-
-
-def is_whole_tile(r: Region) -> bool:
-    """The region is the whole buffer, or one whole slab ``X[s, :, :]`` of a buffer with leading stage dims."""
-    shape = [const_int(x) for x in r.buffer.shape]
-    n = len(shape)
-    if n < 2:
-        return False
-    for d in range(n):
-        e = const_int(r.extents[d])
-        if d < n - 2:
-            if e != 1:
-                return False
-        elif e != shape[d] or const_int(r.mins[d]) != 0:
-            return False
-    return True
 
 
 def plan_for(ops: dict[str, Any], threads: int) -> GemmPlan:
@@ -113,8 +79,6 @@ def plan_for(ops: dict[str, Any], threads: int) -> GemmPlan:
     return plan_gemm(ops["M"], ops["N"], ops["K"], str(a.buffer.dtype), str(b.buffer.dtype), str(c.buffer.dtype),
                      threads, ops["policy"], ops["a_whole"], ops["b_whole"])
 
-
-ATTR_WGMMA_NOTES = "tl.wgmma_notes"
 
 
 def wgmma_plan_for(ops: dict[str, Any], threads: int) -> tuple[GemmPlan | None, str]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from tvm import tirx
 
-from ._rewriter import const_int
+from ..common.rewriter import const_int
 
 MIN_PARALLEL_WORK = 1 << 15
 

@@ -15,10 +15,10 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..language._ir import dtype_of
-from ..language.loops import PARALLEL_ATTR, STAGES_ATTR
-from ._regions import in_bounds_conds, is_global
-from ._rewriter import Rewriter, and_all
+from ...language._ir import dtype_of
+from ...language.loops import PARALLEL_ATTR, STAGES_ATTR
+from ..common.regions import in_bounds_conds, is_global
+from ..common.rewriter import Rewriter, and_all
 
 
 class LowerParallelCPU(Rewriter):

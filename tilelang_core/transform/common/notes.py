@@ -19,7 +19,7 @@ ATTR_WGMMA_NOTES = "tl.wgmma_notes"  # kept by tl.InferFragmentLayoutsCUDA / tl.
 
 def at_line(node: Any) -> str:
     """``"line N: "`` for a statement (or span) that kept the user's source line, else ``""``."""
-    from ._rewriter import location_of
+    from .rewriter import location_of
 
     span = getattr(node, "span", node)
     loc = location_of(span)

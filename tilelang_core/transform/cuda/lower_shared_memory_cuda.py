@@ -11,8 +11,8 @@ That is what lets flash attention's output staging tile reuse the Q / K / V tile
 cannot see the pointers our gemm and copy templates take; here every template argument is an ``address_of`` a
 tile element, which the lifetime scan sees.) Each tile becomes a flat view of that array; accesses are
 rewritten to the physical offset: leading (pipeline stage) dimensions select a slab, and inside a slab of a
-swizzled tile the XOR swizzle of ``_cuda_layouts.swizzle_expr`` applies — the same function the tensor-core
-gemm template uses to find its operands; a tile in a wgmma layout (``_cuda_layouts.wgmma_offset_expr``) is
+swizzled tile the XOR swizzle of ``cuda.layouts.swizzle_expr`` applies — the same function the tensor-core
+gemm template uses to find its operands; a tile in a wgmma layout (``cuda.layouts.wgmma_offset_expr``) is
 placed on a 1024-byte boundary (its swizzle atoms must sit on the hardware's 1024-byte pattern) and the
 ``extern __shared__`` array is declared ``__align__(1024)`` by the CUDA codegen.
 """
@@ -25,9 +25,9 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..errors import TileLangCompileError
-from ._cuda_common import ATTR_SMEM, calls_extern, extern, is_shared, is_sync, swizzles_of, sync_stmt
-from ._cuda_layouts import dtype_bytes, is_wgmma_swizzle, swizzle_expr, wgmma_offset_expr
+from ...errors import TileLangCompileError
+from .common import ATTR_SMEM, calls_extern, extern, is_shared, is_sync, swizzles_of, sync_stmt
+from .layouts import dtype_bytes, is_wgmma_swizzle, swizzle_expr, wgmma_offset_expr
 
 ALIGN = 128
 WGMMA_ALIGN = 1024
@@ -198,10 +198,12 @@ def _touched(s: Any, shared: list[Any]) -> set[int]:
 
 
 def _plan_reuse(body: Any, shared: list[Any], sizes: list[int],
-                aligns: list[int]) -> tuple[list[int], set[tuple[int, int, bool]]] | None:
+                aligns: list[int] | None = None) -> tuple[list[int], set[tuple[int, int, bool]]] | None:
     """First-fit offsets over lifetimes (see the module doc) and the barriers they need: (after statement i, before
     statement j, whether cp.async copies into the old tile must be drained first) over the block body's top-level
-    statements. None when there is no block body to scan or reuse would save nothing."""
+    statements. None when there is no block body to scan or reuse would save nothing. ``aligns``: each tile's
+    alignment (default ``ALIGN`` for all)."""
+    aligns = aligns or [ALIGN] * len(shared)
     blk = _block_body(body)
     if blk is None:
         return None

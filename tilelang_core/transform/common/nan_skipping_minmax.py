@@ -21,7 +21,7 @@ from typing import Any
 import tvm_ffi
 from tvm import tirx
 
-from ..language._ir import dtype_of
+from ...language._ir import dtype_of
 
 
 def _is_float(dt: str | None) -> bool:

@@ -48,25 +48,28 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..language._ir import Region
-from ..language.loops import STAGES_ATTR
-from ..pass_config import DEFAULT, PassConfig, PassConfigKey
-from ._cuda_common import (
+from ...language._ir import Region
+from ...language.loops import STAGES_ATTR
+from ...pass_config import DEFAULT, PassConfig, PassConfigKey
+from ..common.regions import is_global
+from ..common.rewriter import Rewriter, const_int, location_of, seq, tile_op_name
+from .common import (
     ATTR_SWIZZLE,
+    ATTR_WGMMA_NOTES,
+    WGMMA_PENDING_ATTR,
+    buffers_touched,
+    count_uses,
     extern,
+    gemm_operands,
     is_shared,
+    is_whole_tile,
     layouts_of,
-    loads_in,
     locals_of,
     substitute,
     swizzles_of,
     sync_stmt,
 )
-from ._cuda_layouts import MMA_DTYPES
-from ._regions import is_global
-from ._rewriter import Rewriter, const_int, location_of, seq
-from .infer_fragment_layouts_cuda import ATTR_WGMMA_NOTES, gemm_operands, is_whole_tile
-from .validate_tile_ops import tile_op_name
+from .layouts import MMA_DTYPES
 
 
 def _flatten(s: Any) -> list[Any]:
@@ -76,23 +79,6 @@ def _flatten(s: Any) -> list[Any]:
             out.extend(_flatten(x))
         return out
     return [s]
-
-
-def _buffers_touched(s: Any) -> list[Any]:
-    """Every buffer a statement reads or writes (tile-op regions, loads, stores)."""
-    found: list[Any] = []
-
-    def region(r: Any) -> Any:
-        found.append(r.source)
-        return r
-
-    def store(st: Any) -> Any:
-        found.append(st.buffer)
-        return st
-
-    tvm_ffi.structural_map(s, [(tvm.ir.TensorRegion, region), (tirx.BufferStore, store)])
-    found.extend(ld.source for ld in loads_in(s))
-    return found
 
 
 def _producer_dst(s: Any) -> Any:
@@ -156,9 +142,6 @@ def _mark_async(s: Any) -> Any:
                          span=s.span)
 
 
-# AttrStmt key around a wgmma T.gemm that leaves its group in flight (value: groups left pending, 1), read by
-# tl.LowerTileOpsCUDA
-WGMMA_PENDING_ATTR = "tl.wgmma_pending"
 
 
 def prefetch_distance(stages: int, wgmma_in_flight: bool) -> int:
@@ -242,11 +225,11 @@ class PipelineCUDA(Rewriter):
         for i, x in enumerate(stmts):
             if i in prod_idx:
                 continue
-            touched = _buffers_touched(x)
+            touched = buffers_touched(x)
             later = [d for p, d in zip(prod_idx, dsts) if p > i]
             if any(t.same_as(d) for t in touched for d in later):
                 return unpipelined(not_fit)
-        inside = _count_uses(body)
+        inside = count_uses(body)
         for d in dsts:
             if self.uses.get(d, 0) != inside.get(d, 0):
                 return unpipelined(not_fit)
@@ -347,7 +330,7 @@ class PipelineCUDA(Rewriter):
         """When the consumer part is one tensor-core T.gemm on the pipelined tiles (the quickstart's loop), the
         parameters of the fused mainloop template; else None — then, for each mma.sync T.gemm of the loop, a note
         (``tl.notes``) saying which condition failed."""
-        from .notes import at_line
+        from ..common.notes import at_line
 
         mma = [g for g in _gemms_in(consumers)
                if getattr(self.layouts.get(Region.of(g.value.args[2]).buffer), "kind", None) == "mma"]
@@ -386,37 +369,11 @@ class PipelineCUDA(Rewriter):
         return tmpl, remap[a], remap[b], self.locals[c], frag
 
 
-def _count_uses(body: Any) -> dict[Any, int]:
-    """Number of leaf statements touching each shared buffer."""
-    counts: dict[Any, int] = {}
-
-    def leaf(x: Any) -> None:
-        for b in {id(b): b for b in _buffers_touched(x)}.values():
-            if is_shared(b):
-                counts[b] = counts.get(b, 0) + 1
-
-    def walk(x: Any) -> None:
-        if isinstance(x, tirx.SeqStmt):
-            for y in x.seq:
-                walk(y)
-        elif isinstance(x, (tirx.For, tirx.While, tirx.AttrStmt)):
-            walk(x.body)
-        elif isinstance(x, tirx.IfThenElse):
-            walk(x.then_case)
-            if x.else_case is not None:
-                walk(x.else_case)
-        else:
-            leaf(x)
-
-    walk(body)
-    return counts
-
-
 def pipeline_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT) -> tirx.PrimFunc:
-    pipe = PipelineCUDA(func, _count_uses(func.body), options)
+    pipe = PipelineCUDA(func, count_uses(func.body), options)
     func = pipe.run(func)
     if pipe.fused_notes:
-        from .notes import add_notes
+        from ..common.notes import add_notes
 
         func = add_notes(func, pipe.fused_notes)
     if pipe.notes:

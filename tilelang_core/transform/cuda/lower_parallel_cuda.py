@@ -33,9 +33,11 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..language._ir import dtype_of
-from ..language.loops import PARALLEL_ATTR
-from ._cuda_common import (
+from ...language._ir import dtype_of
+from ...language.loops import PARALLEL_ATTR
+from ..common.regions import in_bounds_conds, is_global
+from ..common.rewriter import Rewriter, and_all, const_int, make_for, new_var, seq
+from .common import (
     find_thread_var,
     is_fragment,
     is_shared,
@@ -46,9 +48,7 @@ from ._cuda_common import (
     substitute,
     thread_count,
 )
-from ._cuda_layouts import FragmentLayout, dtype_bytes, flat_index
-from ._regions import in_bounds_conds, is_global
-from ._rewriter import Rewriter, and_all, const_int, make_for, new_var, seq
+from .layouts import FragmentLayout, dtype_bytes, flat_index
 
 ForKind = tirx.ForKind
 MAX_PY_UNROLL = 128

@@ -23,11 +23,10 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..language._ir import Region, dtype_of
-from ..language.math import infinity as float_infinity  # bfloat16 too (TVM's knows fp16/32/64)
-from ._regions import in_bounds_conds, indices_at, is_global, squeezed
-from ._rewriter import Rewriter, and_all, const_int, make_for, new_var, seq
-from .validate_tile_ops import tile_op_name
+from ...language._ir import Region, dtype_of
+from ...language.math import infinity as float_infinity  # bfloat16 too (TVM's knows fp16/32/64)
+from ..common.regions import in_bounds_conds, indices_at, is_global, squeezed
+from ..common.rewriter import Rewriter, and_all, const_int, make_for, new_var, seq, tile_op_name
 
 _NAMES = "ijklmn"
 ForKind = tirx.ForKind
@@ -605,9 +604,9 @@ def _printf_arg(v: Any) -> tuple[str, Any]:
 
 def _refuse_thread_index(func: tirx.PrimFunc) -> None:
     """``T.get_thread_binding()`` has no meaning here: the CPU runs a block's code once, not once per thread."""
-    from ..errors import TileLangCompileError
-    from ..language.threads import thread_binding_dim
-    from ._rewriter import location_of
+    from ...errors import TileLangCompileError
+    from ...language.threads import thread_binding_dim
+    from ..common.rewriter import location_of
 
     def uses(e: Any) -> bool:
         hit: list[Any] = []

@@ -16,11 +16,10 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..errors import TileLangCompileError
-from ..language.kernel import KERNEL_ATTR
-from ._cuda_common import ATTR_LAUNCH
-from ._rewriter import const_int, location_of
-from .validate_tile_ops import tile_op_name
+from ...errors import TileLangCompileError
+from ...language.kernel import KERNEL_ATTR
+from ..common.rewriter import const_int, location_of, tile_op_name
+from .common import ATTR_LAUNCH
 
 
 def _thread_loop(extent: int, body: Any, tx: Any = None) -> tuple[Any, Any]:
@@ -33,7 +32,7 @@ def _thread_loop(extent: int, body: Any, tx: Any = None) -> tuple[Any, Any]:
 
 def _bind_thread_index(body: Any, tx: Any, ts: list[int]) -> Any:
     """``T.get_thread_binding(d)`` (``tl.thread_binding(d)``) -> dimension d of the flattened ``threads=(x, y, z)``."""
-    from ..language.threads import thread_binding_dim
+    from ...language.threads import thread_binding_dim
 
     def index(call: Any) -> Any:
         d = thread_binding_dim(call)

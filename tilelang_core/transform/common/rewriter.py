@@ -14,7 +14,7 @@ import tvm
 import tvm.sym
 from tvm import tirx
 
-from ..errors import SourceLocation, TileLangCompileError
+from ...errors import SourceLocation, TileLangCompileError
 
 
 def location_of(span: Any) -> SourceLocation | None:
@@ -142,3 +142,11 @@ def new_var(name: str, dtype: str = "int32") -> Any:
 def seq(stmts: list[Any], span: Any = None) -> Any:
     stmts = [s for s in stmts if s is not None]
     return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts, span=span)
+
+
+def tile_op_name(s: Any) -> str | None:
+    """The ``tl.*`` op an ``Evaluate`` statement calls, or None."""
+    v = s.value
+    if isinstance(v, tvm.ir.Call) and isinstance(v.op, tvm.ir.Op) and str(v.op.name).startswith("tl."):
+        return str(v.op.name)
+    return None

@@ -16,7 +16,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..language._ir import dtype_of
+from ...language._ir import dtype_of
 
 _LOG2E = 1.0 / math.log(2)
 

@@ -29,9 +29,9 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..errors import TileLangCompileError
-from ..language._ir import dtype_of, is_buffer
-from ._rewriter import location_of
+from ...errors import TileLangCompileError
+from ...language._ir import dtype_of, is_buffer
+from .rewriter import location_of
 
 INT32_LIMIT = 2**31  # offsets of a tensor with this many elements or more do not fit in int32
 

@@ -39,14 +39,18 @@ from typing import Any
 import tvm
 from tvm import tirx
 
-from ..language._ir import Region, dtype_of
-from ..language.loops import PARALLEL_ATTR
-from ..language.math import infinity as float_infinity  # bfloat16 too (TVM's knows fp16/32/64)
-from ._cuda_common import (
+from ...language._ir import Region, dtype_of
+from ...language.loops import PARALLEL_ATTR
+from ...language.math import infinity as float_infinity  # bfloat16 too (TVM's knows fp16/32/64)
+from ..common.regions import in_bounds_conds, indices_at, is_global, squeezed
+from ..common.rewriter import Rewriter, and_all, const_int, make_for, new_var, seq, tile_op_name
+from .common import (
     ATTR_SWIZZLE,
     PER_THREAD_SCOPES,
+    WGMMA_PENDING_ATTR,
     extern,
     find_thread_var,
+    gemm_operands,
     is_fragment,
     is_shared,
     layouts_of,
@@ -55,7 +59,7 @@ from ._cuda_common import (
     sync_stmt,
     thread_count,
 )
-from ._cuda_layouts import (
+from .layouts import (
     WGMMA_SWIZZLE_BASE,
     FragmentLayout,
     dtype_bytes,
@@ -63,11 +67,6 @@ from ._cuda_layouts import (
     swizzle_shift,
     wgmma_chunk_n,
 )
-from ._regions import in_bounds_conds, indices_at, is_global, squeezed
-from ._rewriter import Rewriter, and_all, const_int, make_for, new_var, seq
-from .infer_fragment_layouts_cuda import gemm_operands
-from .pipeline_cuda import WGMMA_PENDING_ATTR
-from .validate_tile_ops import tile_op_name
 
 ForKind = tirx.ForKind
 MAX_PY_UNROLL = 128

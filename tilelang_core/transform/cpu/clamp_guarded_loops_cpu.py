@@ -18,8 +18,8 @@ from typing import Any
 
 from tvm import tirx
 
-from ..language._ir import dtype_of
-from ._rewriter import Rewriter
+from ...language._ir import dtype_of
+from ..common.rewriter import Rewriter
 
 
 def _conjuncts(c: Any) -> list[Any]:

@@ -11,8 +11,8 @@ from typing import Any
 
 from tvm import tirx
 
-from ..language._ir import Region
-from ._rewriter import const_int
+from ...language._ir import Region
+from .rewriter import const_int
 
 
 def squeezed(region: Region, ana: Any) -> list[int]:

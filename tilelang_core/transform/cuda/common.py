@@ -14,8 +14,15 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ._cuda_layouts import FragmentLayout
+from ...language._ir import Region
+from ..common.notes import ATTR_WGMMA_NOTES  # noqa: F401  (re-exported for the CUDA passes)
+from ..common.regions import squeezed
+from ..common.rewriter import const_int
+from .layouts import FragmentLayout
 
+# AttrStmt key around a wgmma T.gemm that leaves its group in flight (value: groups left pending, 1); set by
+# tl.PipelineCUDA, read by tl.LowerTileOpsCUDA
+WGMMA_PENDING_ATTR = "tl.wgmma_pending"
 ATTR_LAUNCH = "tl.cuda_launch"  # {"grid": [gx, gy, gz], "threads": T}
 ATTR_LAYOUTS = "tl.fragment_layouts"  # {fragment buffer: layout spec}
 ATTR_LOCALS = "tl.fragment_locals"  # {fragment buffer: per-thread register array}
@@ -167,3 +174,82 @@ def parallel_nest(s: Any, attr: str) -> tuple[list[Any], list[Any], Any]:
         exts.append(body.extent)
         body = body.body
     return vs, exts, body
+
+
+def buffers_touched(s: Any) -> list[Any]:
+    """Every buffer a statement reads or writes (tile-op regions, loads, stores)."""
+    found: list[Any] = []
+
+    def region(r: Any) -> Any:
+        found.append(r.source)
+        return r
+
+    def store(st: Any) -> Any:
+        found.append(st.buffer)
+        return st
+
+    tvm_ffi.structural_map(s, [(tvm.ir.TensorRegion, region), (tirx.BufferStore, store)])
+    found.extend(ld.source for ld in loads_in(s))
+    return found
+
+
+def count_uses(body: Any) -> dict[Any, int]:
+    """Number of leaf statements touching each shared buffer."""
+    counts: dict[Any, int] = {}
+
+    def leaf(x: Any) -> None:
+        for b in {id(b): b for b in buffers_touched(x)}.values():
+            if is_shared(b):
+                counts[b] = counts.get(b, 0) + 1
+
+    def walk(x: Any) -> None:
+        if isinstance(x, tirx.SeqStmt):
+            for y in x.seq:
+                walk(y)
+        elif isinstance(x, (tirx.For, tirx.While, tirx.AttrStmt)):
+            walk(x.body)
+        elif isinstance(x, tirx.IfThenElse):
+            walk(x.then_case)
+            if x.else_case is not None:
+                walk(x.else_case)
+        else:
+            leaf(x)
+
+    walk(body)
+    return counts
+
+
+def gemm_operands(s: Any, ana: Any) -> dict[str, Any]:
+    """Decode a ``tl.gemm`` statement: regions, flags, (M, N, K) and whether A/B are whole tiles."""
+    args = s.value.args
+    a, b, c = (Region.of(x) for x in args[:3])
+    ta, tb, clear = (bool(const_int(x)) for x in args[3:6])
+    policy = const_int(args[6]) or 0
+
+    def mat(r: Region) -> list[Any]:
+        dims = squeezed(r, ana)
+        if len(dims) != 2:
+            dims = [len(r.extents) - 2, len(r.extents) - 1]
+        return [const_int(r.extents[d]) for d in dims]
+
+    am, bm = mat(a), mat(b)
+    M, K = (am[1], am[0]) if ta else (am[0], am[1])
+    N = bm[0] if tb else bm[1]
+    return {"a": a, "b": b, "c": c, "ta": ta, "tb": tb, "clear": clear, "policy": policy, "M": M, "N": N, "K": K,
+            "a_whole": is_whole_tile(a) or is_fragment(a.buffer), "b_whole": is_whole_tile(b)}
+
+
+def is_whole_tile(r: Region) -> bool:
+    """The region is the whole buffer, or one whole slab ``X[s, :, :]`` of a buffer with leading stage dims."""
+    shape = [const_int(x) for x in r.buffer.shape]
+    n = len(shape)
+    if n < 2:
+        return False
+    for d in range(n):
+        e = const_int(r.extents[d])
+        if d < n - 2:
+            if e != 1:
+                return False
+        elif e != shape[d] or const_int(r.mins[d]) != 0:
+            return False
+    return True
