@@ -18,14 +18,19 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-import tilelang_core as tilelang
-from tilelang_core.quickstart import matmul_relu
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from run import bench_ms_clean  # noqa: E402 - bench/gpu/run.py's clean-L2 timer, so both figures are timed alike
+
+import tilelang_core as tilelang  # noqa: E402
+from tilelang_core.quickstart import matmul_relu  # noqa: E402
 
 CONFIGS = [  # block_M, block_N, block_K, stages, threads
     (128, 128, 64, 3, 128),
@@ -37,27 +42,11 @@ CONFIGS = [  # block_M, block_N, block_K, stages, threads
     (128, 128, 64, 4, 128),
     (128, 256, 64, 4, 256),
 ]
-_FLUSH: list[torch.Tensor] = []
 
 
 def clean_ms(fn: Any, warmup: int = 5, rep: int = 30) -> float:
-    if not _FLUSH:
-        _FLUSH.append(torch.ones(256 << 20, dtype=torch.uint8, device="cuda").view(torch.int64))
-        _FLUSH[0].sum()
-        torch.cuda.synchronize()
-    buf = _FLUSH[0]
-    for _ in range(warmup):
-        fn()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
-    for i in range(rep):
-        buf.sum()
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
-    return times[len(times) // 2]
+    """Median ms with the L2 emptied by reading 256 MB before each call: run.py's clean-L2 timer."""
+    return bench_ms_clean(fn, warmup=warmup, rep=rep)
 
 
 def _sass_has_hgmma(kernel: Any) -> str:
