@@ -70,6 +70,17 @@ class JITKernel:
         Stored in the artifact, so a disk-cache hit has them too."""
         return [str(n) for n in self.artifact.extra.get("notes") or []]
 
+    def resources(self) -> Any:
+        """CUDA: a :class:`~tilelang_core.backend.cuda.resources.KernelResources` — registers per thread, spill
+        bytes, stack/local memory, static and dynamic shared memory, barriers, and the theoretical occupancy
+        (blocks and warps per SM, what limits it) — from the cubin (cuobjdump) and ptxas's report; None for a CPU
+        kernel or a CUDA build without a cubin. Computed once."""
+        if "_resources" not in self.__dict__:
+            from ..backend.cuda.resources import artifact_resources
+
+            self.__dict__["_resources"] = artifact_resources(self.artifact)
+        return self.__dict__["_resources"]
+
     # -- code ----------------------------------------------------------------------------------------------
     def get_kernel_source(self, kind: str | None = None) -> str:
         """Generated code. CPU: ``"llvm"`` (LLVM IR, the default) or ``"asm"``; CUDA: ``"cuda"`` (CUDA C, the
