@@ -53,6 +53,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
     Imported lazily so the CPU path does not load them."""
     from ..pass_config import resolve
     from .cuda.fast_exp_cuda import fast_exp_cuda
+    from .cuda.fp8_encode_cuda import fp8_encode_cuda
     from .cuda.fuse_dequant_gemm_cuda import fuse_dequant_gemm_cuda
     from .cuda.infer_fragment_layouts_cuda import infer_fragment_layouts_cuda
     from .cuda.insert_syncs_cuda import insert_syncs_cuda
@@ -72,6 +73,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
         ("tl.PipelineCUDA", lambda f: pipeline_cuda(f, opts)),
         ("tl.InsertSyncsCUDA", insert_syncs_cuda),
         ("tl.LowerTileOpsCUDA", lower_tile_ops_cuda),
+        ("tl.FP8EncodeCUDA", fp8_encode_cuda),
         ("tl.LowerParallelCUDA", lower_parallel_cuda),
         ("tl.LowerSharedMemoryCUDA", lambda f: lower_shared_memory_cuda(f, arch)),
         ("tl.NanSkippingMinMax", lambda f: nan_skipping_minmax(f, cuda=True)),

@@ -69,6 +69,39 @@ def _wgmma_source(source: str) -> str:
     return re.sub(r"extern\s+__shared__\s+(__align__\(\d+\)\s+)?", "extern __shared__ __align__(1024) ", source)
 
 
+def _split_args(text: str, start: int) -> tuple[list[str], int]:
+    """The top-level comma-separated arguments of the call whose ``(`` is at ``text[start]``, and the index just
+    past its ``)``."""
+    depth, args, cur = 0, [], start + 1
+    for i in range(start, len(text)):
+        ch = text[i]
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                args.append(text[cur:i])
+                return args, i + 1
+        elif ch == "," and depth == 1:
+            args.append(text[cur:i])
+            cur = i + 1
+    raise ValueError("unbalanced parentheses")
+
+
+def _float32x8_broadcasts(source: str) -> str:
+    """TVM stores a float32x8 vector as ``ulonglong4`` but prints its broadcast as ``make_ulonglong4`` of eight
+    floats, which no CUDA header declares (it arises from a ReLU ``T.max(x, 0)`` on half vectors widened to float32
+    by tl.NanSkippingMinMax): such calls become ``tl::make_float32x8``, which packs the eight floats' bits."""
+    out, pos, name = [], 0, "make_ulonglong4("
+    while (i := source.find(name, pos)) >= 0:
+        args, end = _split_args(source, i + len(name) - 1)
+        out.append(source[pos:i])
+        out.append(f"tl::make_float32x8({','.join(args)})" if len(args) == 8 else source[i:end])
+        pos = end
+    out.append(source[pos:])
+    return "".join(out)
+
+
 def _tir_pipeline() -> Any:
     import tvm
     from tvm import s_tir, tirx
@@ -158,7 +191,7 @@ def generate(mod: Any, arch: str = "sm_90", instruments: list[Any] | None = None
                                        "scalar parameter nor a symbolic size of the program", stage="codegen")
     # TVM hands the source to the (overridden) compile callback where a driver is present, else keeps it as is
     source = HEADER + (captured.sources[-1] if captured.called else rt.inspect_source(""))
-    source = _wgmma_source(source)
+    source = _float32x8_broadcasts(_wgmma_source(source))
     if not re.search(rf"__global__\s+void\s+(__launch_bounds__\(\d+\)\s+)?{re.escape(kname)}\s*\(", source):
         raise TileLangCompileError(f"kernel {kname} not found in the generated CUDA source", stage="codegen")
     if resolve(options)[PassConfigKey.TL_CUDA_STREAMING_LOADS]:

@@ -21,7 +21,6 @@ in the CPU build (backend/cpu.py): it promotes float8 tiles to float32 through t
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 import tvm
@@ -29,87 +28,16 @@ import tvm_ffi
 from tvm import tirx
 
 from ...language._ir import dtype_of
+from ..common.fp8_codec import FORMATS, decode, encode, encode_constant
 
-# name -> (exponent bits, mantissa bits, bias)
-_FORMATS = {"float8_e4m3fn": (4, 3, 7), "float8_e5m2": (5, 2, 15)}
-
-
-def _u32(v: int) -> Any:
-    return tirx.const(v, "uint32")
-
-
-def _pow2_f32(k: Any) -> Any:
-    """2^k as float32 for an int32 ``k`` in the normal range, by writing the exponent bits."""
-    return tirx.reinterpret("float32", tirx.Cast("uint32", k + tirx.const(127, "int32")) << _u32(23))
-
-
-def decode(x: Any, name: str) -> Any:
-    """The float32 value of the float8 expression ``x``."""
-    e_bits, m_bits, bias = _FORMATS[name]
-    b = tirx.Cast("uint32", tirx.reinterpret("uint8", x))
-    e = tirx.Cast("int32", (b >> _u32(m_bits)) & _u32((1 << e_bits) - 1))
-    m = tirx.Cast("int32", b & _u32((1 << m_bits) - 1))
-    normal = e > tirx.const(0, "int32")
-    mant = tirx.Select(normal, m + tirx.const(1 << m_bits, "int32"), m)
-    scale = _pow2_f32(tirx.max(e, tirx.const(1, "int32")) - tirx.const(bias + m_bits, "int32"))
-    mag = tirx.Cast("float32", mant) * scale
-    negative = (b & _u32(0x80)) != _u32(0)
-    value = tirx.Select(negative, -mag, mag)
-    nan = tirx.const(float("nan"), "float32")
-    if name == "float8_e5m2":
-        inf = tirx.Select(negative, tirx.const(float("-inf"), "float32"), tirx.const(float("inf"), "float32"))
-        special = tirx.Select(m == tirx.const(0, "int32"), inf, nan)
-        return tirx.Select(e == tirx.const(31, "int32"), special, value)
-    return tirx.Select((b & _u32(0x7F)) == _u32(0x7F), nan, value)
-
-
-def encode(x: Any, name: str) -> Any:
-    """The float8 byte of the float32 expression ``x``, rounded to nearest even (torch's conversion)."""
-    e_bits, m_bits, bias = _FORMATS[name]
-    bits = tirx.reinterpret("uint32", x)
-    sign = (bits >> _u32(24)) & _u32(0x80)
-    a = bits & _u32(0x7FFFFFFF)
-    emin = 1 - bias
-    shift = 23 - m_bits
-    # normal result: round the float32 bits to m_bits mantissa bits (ties to even), then re-bias the exponent
-    rounded = (a + _u32((1 << (shift - 1)) - 1) + ((a >> _u32(shift)) & _u32(1))) >> _u32(shift)
-    normal_code = rounded - _u32((127 - bias) << m_bits)
-    # subnormal result (|x| < 2^emin): |x| * 2^(m_bits - emin) < 2^m_bits, rounded; 2^m_bits is the smallest normal
-    absx = tirx.reinterpret("float32", a)
-    sub_code = tirx.Cast("uint32", tirx.nearbyint(absx * tirx.const(2.0 ** (m_bits - emin), "float32")))
-    code = tirx.Select(a < _u32((127 + emin) << 23), sub_code, normal_code)
-    if name == "float8_e4m3fn":
-        # no infinity: torch saturates to +-448 (0x7e) from 464 up, inf included; NaN stays NaN (0x7f)
-        code = tirx.Select(a > _u32(0x7F800000), _u32(0x7F), tirx.Select(a >= _u32(0x43E80000), _u32(0x7E), code))
-    else:
-        code = tirx.Select(a > _u32(0x7F800000), _u32(0x7F), tirx.Select(a >= _u32(143 << 23), _u32(0x7C), code))
-    return tirx.reinterpret(name, tirx.Cast("uint8", code | sign))
-
-
-def encode_constant(value: float, name: str) -> int:
-    """The float8 byte of a Python float: :func:`encode`'s arithmetic, done here on the float32 bits."""
-    e_bits, m_bits, bias = _FORMATS[name]
-    bits = struct.unpack("<I", struct.pack("<f", value))[0]
-    sign, a = (bits >> 24) & 0x80, bits & 0x7FFFFFFF
-    emin, shift = 1 - bias, 23 - m_bits
-    if a > 0x7F800000:
-        return 0x7F | sign
-    if name == "float8_e4m3fn" and a >= 0x43E80000:
-        return 0x7E | sign
-    if name == "float8_e5m2" and a >= 143 << 23:
-        return 0x7C | sign
-    if a < (127 + emin) << 23:
-        absx = struct.unpack("<f", struct.pack("<I", a))[0]
-        return int(round(absx * 2.0 ** (m_bits - emin))) | sign  # round() ties to even
-    rounded = (a + (1 << (shift - 1)) - 1 + ((a >> shift) & 1)) >> shift
-    return (rounded - ((127 - bias) << m_bits)) | sign
+__all__ = ["decode", "encode", "encode_constant", "fp8_cast_cpu"]
 
 
 def _rewrite_constant(node: Any) -> Any:
     """A float8 constant (the zero of a guarded ragged copy, ``T.fill``): its byte, reinterpreted (LLVM codegen of
     a float8 ``FloatImm`` crashes)."""
     name = str(dtype_of(node))
-    if name not in _FORMATS:
+    if name not in FORMATS:
         return node
     return tirx.reinterpret(name, tirx.const(encode_constant(float(node.value), name), "uint8"))
 
@@ -117,13 +45,13 @@ def _rewrite_constant(node: Any) -> Any:
 def _rewrite(node: Any) -> Any:
     dst = str(dtype_of(node))
     src = str(dtype_of(node.value))
-    if src == dst or (src not in _FORMATS and dst not in _FORMATS):
+    if src == dst or (src not in FORMATS and dst not in FORMATS):
         return node
     value = node.value
-    if src in _FORMATS:
+    if src in FORMATS:
         value = decode(value, src)
         src = "float32"
-    if dst in _FORMATS:
+    if dst in FORMATS:
         if src != "float32":
             value = tirx.Cast("float32", value)
         return encode(value, dst)
@@ -138,7 +66,7 @@ def _rewrite_arith(node: Any) -> Any:
     """``a * b`` on float8 operands: computed in float32, rounded back once (as CUDA's __nv_fp8 operators do)."""
     a, b = node.a, node.b
     src = str(dtype_of(a))
-    if src not in _FORMATS or str(dtype_of(b)) != src:
+    if src not in FORMATS or str(dtype_of(b)) != src:
         return node
     op = type(node)
     value = op(decode(a, src), decode(b, src))
@@ -152,7 +80,7 @@ def _as_bytes(x: Any) -> Any:
 def _rewrite_select(node: Any) -> Any:
     """A float8-valued select chooses between bytes (TVM's FP8StorageLegalize leaves a float8 select behind)."""
     name = str(dtype_of(node))
-    if name not in _FORMATS:
+    if name not in FORMATS:
         return node
     if isinstance(node, tirx.Select):
         picked = tirx.Select(node.condition, _as_bytes(node.true_value), _as_bytes(node.false_value))

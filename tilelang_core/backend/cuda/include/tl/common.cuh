@@ -21,6 +21,16 @@
 
 namespace tl {
 
+// A float32x8 vector in TVM's storage type for it (ulonglong4: lanes 2k and 2k+1 in component k, low bits first),
+// for the broadcasts TVM's code generator prints with eight float arguments (backend/cuda/codegen.py).
+__device__ __forceinline__ ulonglong4 make_float32x8(float a, float b, float c, float d, float e, float f,
+                                                     float g, float h) {
+  auto pack = [](float lo, float hi) {
+    return (static_cast<unsigned long long>(__float_as_uint(hi)) << 32) | __float_as_uint(lo);
+  };
+  return make_ulonglong4(pack(a, b), pack(c, d), pack(e, f), pack(g, h));
+}
+
 // 32-bit shared-state-space address of a generic pointer into shared memory.
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
