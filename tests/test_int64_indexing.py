@@ -1,6 +1,10 @@
 """Tensors of 2³¹ elements or more: 64-bit offsets where the shapes need them (tl.PromoteIndexInt64), int32 kept
 for ordinary shapes, a clear refusal of one dimension that large (tl.CheckIndexExtents), and one real CPU run on a
-2.1 GB int8 tensor writing its last row (was a segfault; at 2³² elements the last row landed on row 0)."""
+2.1 GB int8 tensor writing its last row (was a segfault; at 2³² elements the last row landed on row 0).
+
+Symbolic sizes (``T.symbolic``): the compiler cannot know how large a call's tensor is, so offsets into a tensor
+with a symbolic size are always 64-bit (they were int32 and wrapped), and a call whose symbolic dimension itself is
+2³¹ or more is refused with a message naming the argument."""
 
 from __future__ import annotations
 
@@ -42,6 +46,43 @@ def copy_tiles(M, N, block_M, block_N, dtype="int8"):
 
 
 def flat_add(N, block, dtype="int8"):
+    @T.prim_func
+    def main(A: T.Tensor((N,), dtype), B: T.Tensor((N,), dtype)):
+        with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
+            for i in T.Parallel(block):
+                B[bx * block + i] = A[bx * block + i]
+
+    return main
+
+
+def add_one_in_place_symbolic(block_M, dtype="int8", size_dtype="int32"):
+    M = T.symbolic("m", size_dtype)
+
+    @T.prim_func
+    def main(A: T.Tensor((M, COLS), dtype)):
+        with T.Kernel(T.ceildiv(M, block_M), threads=128) as bx:
+            for i, j in T.Parallel(block_M, COLS):
+                A[bx * block_M + i, j] = A[bx * block_M + i, j] + T.cast(3, dtype)
+
+    return main
+
+
+def copy_tiles_symbolic(block_M, block_N, dtype="int8"):
+    M, N = T.symbolic("m"), T.symbolic("n")
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            S = T.alloc_shared((block_M, block_N), dtype)
+            T.copy(A[by * block_M, bx * block_N], S)
+            T.copy(S, B[by * block_M, bx * block_N])
+
+    return main
+
+
+def flat_copy_symbolic(block, dtype="int8"):
+    N = T.symbolic("n")
+
     @T.prim_func
     def main(A: T.Tensor((N,), dtype), B: T.Tensor((N,), dtype)):
         with T.Kernel(T.ceildiv(N, block), threads=128) as bx:
@@ -104,6 +145,44 @@ def test_cuda_offsets_into_a_huge_tensor_are_64_bit_and_ordinary_ones_32_bit(mak
     assert "int64_t" not in _cuda_kernel_source(make(1024))
 
 
+@pytest.mark.parametrize("make", [lambda: add_one_in_place_symbolic(4), lambda: copy_tiles_symbolic(64, 64)],
+                         ids=["parallel", "tile-copy"])
+def test_offsets_into_a_tensor_with_a_symbolic_size_are_64_bit(make):
+    assert _index_dtypes_handed_to_llvm(make()) == {"int64"}
+
+
+@pytest.mark.parametrize("make", [lambda: add_one_in_place_symbolic(64), lambda: copy_tiles_symbolic(64, 64)],
+                         ids=["parallel", "tile-copy"])
+def test_cuda_offsets_into_a_tensor_with_a_symbolic_size_are_64_bit(make):
+    src = _cuda_kernel_source(make())
+    body = src[src.find("{"):]
+    accesses = [line for line in body.splitlines() if "A_ptr" in line]  # A_ptr[...] and A_ptr + ... alike
+    assert accesses and all("int64_t" in a for a in accesses), src
+
+
+def test_symbolic_dimension_past_int32_is_refused_at_the_call_naming_the_argument():
+    kernel = tilelang.compile(flat_copy_symbolic(256), target="cpu")
+    A = torch.empty((2**31 + 512,), dtype=torch.int8)  # not touched: the call is refused before the kernel runs
+    try:
+        with pytest.raises(ValueError) as e:
+            kernel(A, A)
+        msg = str(e.value)
+        assert "'A'" in msg and "symbolic size n" in msg and "2147484160" in msg and "2147483647" in msg
+    finally:
+        del A
+        gc.collect()
+
+
+def test_int64_symbolic_size_compiles_and_runs():
+    # was an internal TVM error (int32 block indices bound to an int64 grid extent)
+    kernel = tilelang.compile(add_one_in_place_symbolic(4, size_dtype="int64"), target="cpu")
+    g = torch.Generator().manual_seed(3)
+    A = torch.randint(-128, 128, (37, COLS), dtype=torch.int8, generator=g)
+    expected = A + 3
+    kernel(A)
+    torch.testing.assert_close(A, expected, rtol=0, atol=0)
+
+
 def test_one_dimension_past_int32_is_refused_naming_the_tensor():
     with pytest.raises(TileLangCompileError) as e:
         tilelang.compile(flat_add(2**31 + 512, 256), target="cpu")
@@ -125,8 +204,10 @@ def _available_bytes() -> int:
 
 
 @pytest.mark.skipif(_available_bytes() < 8 * 2**30, reason="needs ~8 GB of free memory (a 2.1 GB tensor + copies)")
-def test_kernel_writes_the_last_row_of_a_tensor_past_two_to_the_31_elements():
-    kernel = tilelang.compile(add_one_in_place(BIG_ROWS, COLS, 64), target="cpu")
+@pytest.mark.parametrize("make", [lambda: add_one_in_place(BIG_ROWS, COLS, 64), lambda: add_one_in_place_symbolic(64)],
+                         ids=["static", "symbolic"])
+def test_kernel_writes_the_last_row_of_a_tensor_past_two_to_the_31_elements(make):
+    kernel = tilelang.compile(make(), target="cpu")
     g = torch.Generator().manual_seed(14)
     A = torch.empty((BIG_ROWS, COLS), dtype=torch.int8)
     sample_rows = [0, 1, 262143, 524223, BIG_ROWS - 2, BIG_ROWS - 1]  # 524223: first row of the last block

@@ -14,14 +14,16 @@ import tilelang_core as tilelang
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from test_int64_indexing import BIG_ROWS, COLS, add_one_in_place  # noqa: E402
+from test_int64_indexing import BIG_ROWS, COLS, add_one_in_place, add_one_in_place_symbolic  # noqa: E402
 
 
-def test_cuda_kernel_writes_the_last_row_of_a_tensor_past_two_to_the_31_elements():
+@pytest.mark.parametrize("make", [lambda: add_one_in_place(BIG_ROWS, COLS, 64), lambda: add_one_in_place_symbolic(64)],
+                         ids=["static", "symbolic"])
+def test_cuda_kernel_writes_the_last_row_of_a_tensor_past_two_to_the_31_elements(make):
     free, _ = torch.cuda.mem_get_info()
     if free < 4 * 2**30:
         pytest.skip(f"needs 4 GB of free GPU memory, {free / 2**30:.1f} GB free")
-    kernel = tilelang.compile(add_one_in_place(BIG_ROWS, COLS, 64), target="cuda")
+    kernel = tilelang.compile(make(), target="cuda")
     g = torch.Generator().manual_seed(14)
     A = torch.randint(-128, 128, (BIG_ROWS, COLS), dtype=torch.int8, device="cuda")
     rows = [0, 1, 262143, 524223, BIG_ROWS - 2, BIG_ROWS - 1]

@@ -19,14 +19,19 @@ _INT_DTYPES = ("int32", "int64")
 
 
 def symbolic(name: str, dtype: str = "int32") -> Any:
-    """A symbolic size called ``name`` (a TIR ``Var`` of ``dtype``, int32 by default, as in TileLang)."""
+    """A symbolic size called ``name``: a TIR ``Var`` of int32 (``dtype`` "int32" or "int64": see below)."""
     if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
         raise TypeError(f"T.symbolic name: expected a Python identifier such as \"m\", got {name!r}")
     dt = str(dtype)
     if dt not in _INT_DTYPES:
         raise ValueError(f"T.symbolic dtype: a size is an integer; expected one of {', '.join(_INT_DTYPES)}, got "
                          f"{dtype!r}")
-    return tvm.ir.Var(name, dt)
+    # An int64 size is accepted (TileLang's spelling) and made int32 like the default: our lowering builds per-dimension
+    # loop, grid and guard arithmetic in int32, every dimension of a call is checked to be below 2**31 (see
+    # runtime.exported.bind_arguments), and offsets into a tensor with symbolic sizes are 64-bit whatever the symbol's
+    # dtype (tl.PromoteIndexInt64), so nothing a call can pass wraps. (An int64 var made the CPU and CUDA lowering
+    # mix int32 and int64 operands: an internal TVM error.)
+    return tvm.ir.Var(name, "int32")
 
 
 def dynamic(name: str, dtype: str = "int32") -> Any:

@@ -351,6 +351,8 @@ def eval_size(expr: Any, symbols: dict[str, int]) -> int:
     return ev(ast.parse(str(expr), mode="eval"))
 
 
+SYMBOL_MAX = 2**31 - 1  # a symbolic size is an int32 in the kernel (tensors may still hold more elements in all)
+
 _INT_RANGES = {"int8": 8, "int16": 16, "int32": 32, "int64": 64, "uint8": 8, "uint16": 16, "uint32": 32,
                "uint64": 64}
 
@@ -415,6 +417,10 @@ def bind_arguments(params: Any, values: dict[int, Any], device: str) -> tuple[di
             if not isinstance(d, str) or not d.isidentifier():
                 continue
             if d not in symbols:
+                if n > SYMBOL_MAX:  # the kernel's size variable is an int32: it would wrap
+                    raise ValueError(f"argument {spec.name!r}: dimension {k} (the symbolic size {d}) is {int(n)}; a "
+                                     f"symbolic size must be at most {SYMBOL_MAX} (2**31 - 1); reshape the tensor "
+                                     f"so that every dimension is below 2**31 (shape {list(t.shape)})")
                 symbols[d], origin[d] = int(n), f"argument {spec.name!r} (dimension {k})"
             elif symbols[d] != n:
                 raise ValueError(f"argument {spec.name!r}: dimension {k} is the symbolic size {d}, which "

@@ -10,7 +10,9 @@ value fits, so promoting costs nothing where it is not needed; and we promote on
 is that large, so ordinary kernels keep exactly the int32 code they had (32-bit arithmetic vectorises better).
 
 What ``tl.PromoteIndexInt64`` does, once our lowering has produced plain loops (last in each pipeline): each
-parameter tensor whose element count is ≥ 2³¹ gets int64 shape and strides, and every index of its loads and stores
+parameter tensor whose element count is ≥ 2³¹, or whose shape has a symbolic (run-time) size — the compiler
+cannot know how large a call's tensor will be — gets int64 shape and strides (a symbolic dimension stays the
+parameter's int32 variable and is widened where offsets multiply by it), and every index of its loads and stores
 (``address_of`` of a load included) is rebuilt in int64 arithmetic from its leaves: constants become int64,
 variables and other int32 values are cast to int64 where they enter, so no intermediate sum or product wraps. Loop
 and block variables stay int32: every dimension is below 2³¹ (checked below), so each per-dimension index fits.
@@ -18,7 +20,13 @@ and block variables stay int32: every dimension is below 2³¹ (checked below), 
 What ``tl.CheckIndexExtents`` does (first in each pipeline): a parameter tensor with one dimension of 2³¹ or more
 is refused with an error naming the tensor, its shape, its element count and the limit. Our lowering builds loop
 and guard arithmetic in int32 per dimension; making every loop variable of such a program int64 is not done (reshape
-the tensor, e.g. ``(N // 4096, 4096)``). Symbolic (run-time) sizes are not checked here.
+the tensor, e.g. ``(N // 4096, 4096)``). A symbolic size is an int32 variable; the call-time check of the same
+limit is in ``runtime.exported.bind_arguments`` (a dimension of 2³¹ or more bound to a symbol is refused, naming the
+argument). Known limit of both checks: a dimension within one tile of 2³¹ can still wrap the int32 block/guard
+arithmetic (``bx * block + i``); not handled.
+
+Cost of the symbolic case: 64-bit offsets in every kernel with symbolic sizes; measured on the CPU as within noise
+(docs/design.md, "64-bit offsets"); not yet measured on a GPU.
 """
 
 from __future__ import annotations
@@ -106,8 +114,16 @@ def widen(e: Any) -> Any:
     return tirx.Cast(_wide(dt), e)
 
 
+def _needs_int64(buf: Any) -> bool:
+    """Whether ``buf``'s offsets may not fit in int32: 2³¹ elements or more, or a symbolic (run-time) size."""
+    n = element_count(buf)
+    return n is None or n >= INT32_LIMIT
+
+
 def _int64_buffer(buf: Any) -> Any:
-    shape = [tirx.IntImm("int64", d) for d in _const_dims(buf)]
+    # constant dimensions become int64; a symbolic one stays the parameter's own int32 variable (TVM binds it from
+    # the tensor's shape at the call) and is widened where the flattened offset multiplies by it
+    shape = [tirx.IntImm("int64", int(d.value)) if isinstance(d, tirx.IntImm) else d for d in buf.shape]
     strides = [widen(s) for s in buf.strides] if len(buf.strides) else None
     off = buf.elem_offset
     off = tirx.IntImm("int64", int(off.value)) if isinstance(off, tirx.IntImm) else off
@@ -119,8 +135,7 @@ def _int64_buffer(buf: Any) -> Any:
 
 def promote_index_int64(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """64-bit shapes and offsets for every parameter tensor of 2³¹ elements or more (see the module docstring)."""
-    big = {p: _int64_buffer(p) for p in _param_buffers(func)
-           if (n := element_count(p)) is not None and n >= INT32_LIMIT}
+    big = {p: _int64_buffer(p) for p in _param_buffers(func) if _needs_int64(p)}
     if not big:
         return func
     wide = list(big.values())
