@@ -86,6 +86,35 @@ def test_compile_of_one_program_from_eight_threads_builds_it_once(cache_dir):
         torch.testing.assert_close(k(x), -2.0 * x, rtol=0, atol=0)
 
 
+def scale_eager(X, alpha):
+    N = T.const("N")
+    X: T.Tensor((N,), "float32")
+    Y = T.empty((N,), "float32")
+    with T.Kernel(T.ceildiv(N, 64)) as bx:
+        for i in T.Parallel(64):
+            Y[bx * 64 + i] = X[bx * 64 + i] * alpha
+    return Y
+
+
+def test_one_eager_function_called_from_eight_threads_compiles_each_key_once_and_counts_every_call(cache_dir):
+    """The eager spelling goes through the same per-key lock and locked counters as a classic factory (it used to
+    compile a key once per thread and bump the statistics without the lock)."""
+    factory = tilelang.jit(scale_eager)
+    args = [(64 * (1 + i % 4), 0.5 + i % 4) for i in range(THREADS)]  # 4 distinct keys, each asked for twice
+    xs = [torch.randn(n) for n, _ in args]
+    before = tilelang.cache_stats()
+    kernels = all_at_once(lambda i: factory.compile(xs[i], args[i][1]))
+    delta = stats_delta(before)
+    assert delta["compiles"] == 4 and delta["disk_hits"] == 0, delta
+    assert delta["compiles"] + delta["memory_hits"] == THREADS, delta
+    for i in range(THREADS):
+        assert kernels[i] is kernels[(i + 4) % THREADS], "both callers of one key get the one kernel"
+    outs = all_at_once(lambda i: factory(xs[i], args[i][1]))  # calling runs the kernel
+    for i in range(THREADS):
+        torch.testing.assert_close(outs[i], xs[i] * args[i][1], rtol=0, atol=0)
+    assert len(entries(cache_dir)) == 4
+
+
 # -- the workbench's forced rebuild -----------------------------------------------------------------------------
 
 def test_workbench_forced_build_bypasses_the_disk_cache_for_its_own_compile_only(cache_dir):

@@ -660,13 +660,26 @@ class EagerJITFactory:
             return list(pool.map(one, configs))
 
     def _kernel(self, ct: dict[str, Any], values: dict[str, int]) -> Any:
-        from . import _compile
-
         key = self._key(ct)
         mkey = None if key is None else (key, tuple(sorted(values.items())), repr(self.target), self.options.key())
-        if mkey is not None and mkey in self._memory:
-            cache.STATS.memory_hits += 1
-            return self._memory[mkey]
+        if mkey is None:
+            return self._specialise(ct, values)
+        hit = self._memory.get(mkey)
+        if hit is None:
+            # the classic factory's path (JITFactory.__call__): threads asking for one key wait while one builds it
+            with cache.key_lock(("jit eager", id(self), mkey)):
+                hit = self._memory.get(mkey)
+                if hit is None:
+                    kernel = self._specialise(ct, values)
+                    self._memory[mkey] = kernel
+                    return kernel
+        cache.count("memory_hits")
+        return hit
+
+    def _specialise(self, ct: dict[str, Any], values: dict[str, int]) -> Any:
+        """Build and compile the kernel of one set of compile-time arguments and sizes (no memory cache)."""
+        from . import _compile
+
         func, decl = self._build(ct, values)
         n_in = len(self._split.runtime_params)
         outs = list(range(n_in, n_in + len(self._split.outputs)))
@@ -678,8 +691,6 @@ class EagerJITFactory:
             self._describe(e, config)
             raise
         kernel.factory = self
-        if mkey is not None:
-            self._memory[mkey] = kernel
         return kernel
 
     def _options(self, decl: _Declared, config: dict[str, Any], outs: list[int]) -> Any:
