@@ -45,6 +45,7 @@ class PassConfigKey:
     TL_CUDA_COMPILER = "tl.cuda.compiler"
     TL_CUDA_WGMMA = "tl.cuda.wgmma"
     TL_CUDA_WGMMA_PIPELINE = "tl.cuda.wgmma_pipeline"
+    TL_CUDA_LINEINFO = "tl.cuda.lineinfo"
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,9 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
     Option(K.TL_CUDA_WGMMA_PIPELINE, "bool", True, "CUDA sm_90a: in a T.Pipelined loop (num_stages >= 3) whose "
            "body is one wgmma T.gemm, keep one wgmma group in flight across k-steps (wgmma.wait_group 1, loads "
            "num_stages - 2 tiles ahead); False waits for every k-step's group (wait_group 0)"),
+    Option(K.TL_CUDA_LINEINFO, "bool", False, "CUDA: a source-line build: the CUDA C carries a `// tl.src FILE:LINE` "
+           "comment where each of the user's statements begins, and the cubin and PTX carry line info (-lineinfo), "
+           "so SASS and PTX map to the user's lines (the workbench's SASS view); the code is otherwise the same"),
     Option(K.TL_CUDA_COMPILER, "choice", "auto", "CUDA: what turns CUDA C into a cubin: 'nvcc', 'nvrtc' (the CUDA "
            "Python bindings) or 'auto' (nvcc when found, else NVRTC)", choices=("auto", "nvcc", "nvrtc")),
 ]}

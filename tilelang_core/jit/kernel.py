@@ -81,6 +81,31 @@ class JITKernel:
             self.__dict__["_resources"] = artifact_resources(self.artifact)
         return self.__dict__["_resources"]
 
+    def code_by_line(self, kind: str = "sass") -> Any:
+        """CUDA, a source-line build (``pass_configs={"tl.cuda.lineinfo": True}``): the ``"sass"`` (needs nvdisasm)
+        or ``"ptx"`` split by the user's lines, a
+        :class:`~tilelang_core.backend.cuda.source_lines.LineListing` (``.instructions``, ``.by_line[(file,
+        line)]``, ``.of(line)``). A clear error for other kernels or kinds, or when nvdisasm is missing."""
+        from ..backend.cuda import source_lines
+        from ..errors import TileLangError
+
+        if kind not in ("sass", "ptx"):
+            raise ValueError(f"code_by_line: kind must be 'sass' or 'ptx', got {kind!r}")
+        if self.artifact.target.get("kind") != "cuda":
+            raise TileLangError(f"kernel {self.name}: code_by_line needs a CUDA kernel (this one is for "
+                                f"{self.artifact.target.get('kind')})")
+        if not self.pass_configs.get("tl.cuda.lineinfo"):
+            raise TileLangError(f"kernel {self.name}: not a source-line build; compile it with "
+                                "pass_configs={'tl.cuda.lineinfo': True} to map its SASS and PTX to your lines")
+        cuda = self.get_kernel_source("cuda")
+        if kind == "ptx":
+            return source_lines.ptx_by_line(self.get_kernel_source("ptx"), cuda)
+        text = source_lines.sass_with_lines(self.artifact.library_path)
+        if text is None:
+            raise TileLangError(f"kernel {self.name}: no SASS with line info: nvdisasm was not found (pip install "
+                                "nvidia-cuda-nvdisasm, or put the CUDA toolkit's bin on PATH) or there is no cubin")
+        return source_lines.sass_by_line(text, cuda)
+
     # -- code ----------------------------------------------------------------------------------------------
     def get_kernel_source(self, kind: str | None = None) -> str:
         """Generated code. CPU: ``"llvm"`` (LLVM IR, the default) or ``"asm"``; CUDA: ``"cuda"`` (CUDA C, the
@@ -196,8 +221,11 @@ def _derived_cuda_source(artifact: Artifact, kind: str) -> str | None:
 
         meta = artifact.extra.get("cuda") or {}
         compiler = "nvrtc" if (meta.get("nvcc_command") or [""])[0] == "nvrtc" else "auto"
+        flags = list(artifact.extra.get("compile_flags") or [])
+        if (artifact.extra.get("pass_configs") or {}).get("tl.cuda.lineinfo"):
+            flags.append("-lineinfo")  # a source-line build's PTX carries .loc lines too
         text, _ = compile_ptx(artifact.path / artifact.sources["cuda"], str(meta.get("arch", "sm_90")), compiler,
-                              list(artifact.extra.get("compile_flags") or []))
+                              flags)
         return text
     if kind == "sass":
         from ..trace import sources_of

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import source_lines
 from .codegen import CudaSource, generate, lower
 from .nvcc import INCLUDE_DIR, compile_cubin, compiler_identity, find_nvcc, nvcc_command
 
@@ -60,7 +61,14 @@ def build(mod: Any, out_dir: Path, arch: str = DEFAULT_ARCH, instruments: list[A
     if compiler is None:
         compiler = opts[PassConfigKey.TL_CUDA_COMPILER]
     out_dir = Path(out_dir)
+    lineinfo = bool(opts[PassConfigKey.TL_CUDA_LINEINFO])
+    files: list[str] = []
+    if lineinfo:  # a source-line build: markers before the user's statements, -lineinfo (see source_lines)
+        mod, files = source_lines.mark_source_lines(mod)
+        flags = [*(flags or []), "-lineinfo"]
     src: CudaSource = generate(mod, arch, instruments, opts)
+    if lineinfo:
+        src.source = source_lines.finish_source(src.source, files)
     cu = out_dir / "kernel.cu"
     cu.write_text(src.source)
     cubin = out_dir / "kernel.cubin"

@@ -150,3 +150,22 @@ def tile_op_name(s: Any) -> str | None:
     if isinstance(v, tvm.ir.Call) and isinstance(v.op, tvm.ir.Op) and str(v.op.name).startswith("tl."):
         return str(v.op.name)
     return None
+
+
+def with_span(s: Any, span: Any) -> Any:
+    """``s`` rebuilt to carry ``span`` (the user's statement it was lowered from) where it has none, so later
+    stages — the CUDA source-line map among them — can still name the user's line. Kinds it cannot rebuild are
+    returned as they are."""
+    if s is None or span is None or getattr(s, "span", None) is not None and location_of(s.span) is not None:
+        return s
+    if isinstance(s, tirx.SeqStmt):
+        return tirx.SeqStmt([with_span(x, span) for x in s.seq], span=span)
+    if isinstance(s, tirx.Evaluate):
+        return tirx.Evaluate(s.value, span=span)
+    if isinstance(s, tirx.BufferStore):
+        return tirx.BufferStore(s.buffer, s.value, s.indices, span=span)
+    if isinstance(s, tirx.For):
+        return tirx.For(s.loop_var, s.min, s.extent, s.kind, s.body, s.thread_binding, s.annotations, s.step, span)
+    if isinstance(s, tirx.IfThenElse):
+        return tirx.IfThenElse(s.condition, s.then_case, s.else_case, span=span)
+    return s

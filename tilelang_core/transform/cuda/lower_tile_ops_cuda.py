@@ -43,7 +43,7 @@ from ...language._ir import Region, dtype_of
 from ...language.loops import PARALLEL_ATTR
 from ...language.math import infinity as float_infinity  # bfloat16 too (TVM's knows fp16/32/64)
 from ..common.regions import in_bounds_conds, indices_at, is_global, squeezed
-from ..common.rewriter import Rewriter, and_all, const_int, make_for, new_var, seq, tile_op_name
+from ..common.rewriter import Rewriter, and_all, const_int, make_for, new_var, seq, tile_op_name, with_span
 from .common import (
     ATTR_SWIZZLE,
     PER_THREAD_SCOPES,
@@ -233,7 +233,7 @@ class LowerTileOpsCUDA(Rewriter):
             self.error(s.span, f"{name} is not supported on the CUDA backend")
             return s
         out = lower(s, list(s.value.args))
-        return out if out is not None else tirx.Evaluate(_imm(0))
+        return with_span(out, s.span) if out is not None else tirx.Evaluate(_imm(0))
 
     # -- copy ----------------------------------------------------------------------------------------------
     def _lower_copy(self, s: Any, args: list[Any]) -> Any:

@@ -52,7 +52,7 @@ from ...language._ir import Region
 from ...language.loops import STAGES_ATTR
 from ...pass_config import DEFAULT, PassConfig, PassConfigKey
 from ..common.regions import is_global
-from ..common.rewriter import Rewriter, const_int, location_of, seq, tile_op_name
+from ..common.rewriter import Rewriter, const_int, location_of, seq, tile_op_name, with_span
 from .common import (
     ATTR_SWIZZLE,
     ATTR_WGMMA_NOTES,
@@ -132,8 +132,9 @@ def _with_stage(node: Any, remap: dict[Any, Any], stage: Any) -> Any:
         new = remap.get(st.buffer)
         return st if new is None else tirx.BufferStore(new, st.value, [stage, *st.indices], span=st.span)
 
-    return tvm_ffi.structural_map(node, [(tvm.ir.TensorRegion, region), (tvm.ir.TensorLoad, load),
-                                         (tirx.BufferStore, store)])
+    out = tvm_ffi.structural_map(node, [(tvm.ir.TensorRegion, region), (tvm.ir.TensorLoad, load),
+                                        (tirx.BufferStore, store)])
+    return with_span(out, node.span)  # structural_map rebuilds the statement without the user's line
 
 
 def _mark_async(s: Any) -> Any:
@@ -274,13 +275,16 @@ class PipelineCUDA(Rewriter):
 
             zero = tirx.IntImm("int32", 0)
             f0 = tirx.address_of(tirx.BufferLoad(frag, [zero]))
+            gemm_span = next((c.span for c in consumers if isinstance(c, tirx.Evaluate)
+                              and tile_op_name(c) == "tl.gemm"), None)  # the user's T.gemm line
             prologue += [tirx.AllocBuffer(frag), extern(f"tl::cp_async_wait<{stages - 2}>"), sync_stmt(),
-                         extern(f"tl::pipe_gemm_prefetch<{tmpl}>", ptr(a_buf, zero), ptr(b_buf, zero), f0)]
+                         with_span(extern(f"tl::pipe_gemm_prefetch<{tmpl}>", ptr(a_buf, zero), ptr(b_buf, zero),
+                                          f0), gemm_span)]
             cur, nxt = tirx.floormod(k0, stages), tirx.floormod(k0 + 1, stages)
             step = extern(f"tl::pipe_gemm_step<{tmpl}, {stages - 2}>", ptr(a_buf, cur), ptr(b_buf, cur),
                           ptr(a_buf, nxt), ptr(b_buf, nxt), tirx.address_of(tirx.BufferLoad(c_loc, [zero])), f0,
                           tirx.LT(k0 + 1, n))
-            loop_body = seq([issue, commit, step])
+            loop_body = seq([issue, commit, with_span(step, gemm_span)])
             loop = tirx.For(k, s.min, n, tirx.ForKind.SERIAL, loop_body, None, ann or None, None, s.span)
             epilogue = [extern("tl::cp_async_wait<0>"), sync_stmt()]
             return seq([*prologue, loop, *epilogue], s.span)

@@ -1,0 +1,103 @@
+"""Source-line CUDA builds (``pass_configs={"tl.cuda.lineinfo": True}``): CUDA C, PTX and SASS mapped to the
+user's lines, with the code itself unchanged. Compiled for sm_90 without a GPU; SASS needs nvdisasm (the dev
+extra's ``nvidia-cuda-nvdisasm``)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import tilelang_core as tl
+import tilelang_core.language as T
+from tilelang_core.backend.cuda import find_nvcc
+from tilelang_core.backend.cuda.nvcc import nvrtc_available
+from tilelang_core.backend.cuda.resources import find_cuda_tool
+from tilelang_core.backend.cuda.source_lines import cuda_line_map, instruction_mix, sass_by_line, sass_with_lines
+from tilelang_core.errors import TileLangError
+
+pytestmark = pytest.mark.skipif(find_nvcc() is None and not nvrtc_available(),
+                                reason="no nvcc or NVRTC: CUDA kernels cannot be compiled here")
+needs_nvdisasm = pytest.mark.skipif(find_cuda_tool("nvdisasm") is None,
+                                    reason="no nvdisasm (pip install nvidia-cuda-nvdisasm)")
+LINEINFO = {"tl.cuda.lineinfo": True}
+
+
+def gmm_relu(M, N, K, block_M=64, block_N=64, block_K=32, dtype="float16", accum_dtype="float32"):
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_s = T.alloc_shared((block_M, block_K), dtype)
+            B_s = T.alloc_shared((block_K, block_N), dtype)
+            C_f = T.alloc_fragment((block_M, block_N), accum_dtype)
+            T.clear(C_f)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+                T.copy(A[by * block_M, k * block_K], A_s)  # line:copy_a
+                T.copy(B[k * block_K, bx * block_N], B_s)  # line:copy_b
+                T.gemm(A_s, B_s, C_f)  # line:gemm
+            for i, j in T.Parallel(block_M, block_N):
+                C_f[i, j] = T.max(C_f[i, j], 0)  # line:relu
+            T.copy(C_f, C[by * block_M, bx * block_N])  # line:store
+    return main
+
+
+def line_of(tag: str) -> int:
+    text = Path(__file__).read_text().splitlines()
+    return next(i for i, t in enumerate(text, start=1) if t.rstrip().endswith(f"# line:{tag}"))
+
+
+@pytest.fixture(scope="module")
+def lined():
+    return tl.compile(gmm_relu(256, 256, 256), target="cuda", pass_configs=LINEINFO)
+
+
+@pytest.fixture(scope="module")
+def plain():
+    return tl.compile(gmm_relu(256, 256, 256), target="cuda")
+
+
+def test_a_source_line_build_marks_each_user_statement_in_the_cuda_c(lined):
+    src = lined.get_kernel_source("cuda")
+    marked = {ln for f, ln in cuda_line_map(src).values() if f == __file__}
+    for tag in ("copy_a", "copy_b", "gemm", "relu", "store"):
+        assert line_of(tag) in marked, tag
+    assert "__tl_src_line" not in src  # every marker became a comment
+
+
+def test_the_code_of_a_source_line_build_is_the_same_but_for_the_comments(lined, plain):
+    assert lined.artifact.path != plain.artifact.path  # the option is part of the cache key
+    without = re.sub(r"\n\s*// tl\.src [^\n]*", "", lined.get_kernel_source("cuda"))
+    assert without == plain.get_kernel_source("cuda")
+
+
+@needs_nvdisasm
+def test_sass_instructions_map_to_the_tile_op_lines_and_the_sass_is_unchanged(lined, plain):
+    listing = lined.code_by_line("sass")
+    gemm, copy_a, relu, store = (listing.of(line_of(t), __file__) for t in ("gemm", "copy_a", "relu", "store"))
+    assert instruction_mix(gemm)["HGMMA"] > 0  # sm_90: T.gemm of shared tiles is wgmma
+    assert instruction_mix(copy_a)["LDGSTS"] > 0  # the pipelined T.copy is cp.async
+    assert instruction_mix(store)["LDG/STG"] > 0
+    assert relu and all(instruction_mix(relu)[f] == 0 for f in ("HGMMA", "LDGSTS"))
+    mapped = sum(1 for i in listing.instructions if i.user is not None)
+    assert mapped >= 0.9 * len(listing.instructions)
+    # -lineinfo adds a line table, not code: the instruction stream equals the plain build's
+    other = sass_by_line(sass_with_lines(plain.artifact.library_path), plain.get_kernel_source("cuda"))
+    assert [i.text for i in listing.instructions] == [i.text for i in other.instructions]
+    assert all(i.user is None for i in other.instructions)
+
+
+def test_ptx_maps_to_the_user_lines(lined):
+    listing = lined.code_by_line("ptx")
+    assert any(i.opcode == "wgmma" for i in listing.of(line_of("gemm"), __file__))
+    assert any(i.opcode == "cp" for i in listing.of(line_of("copy_b"), __file__))
+    assert all(i.opcode == "max" or i.opcode == "mov" for i in listing.of(line_of("relu"), __file__))
+
+
+def test_code_by_line_says_what_is_missing(plain):
+    with pytest.raises(TileLangError, match="not a source-line build.*tl.cuda.lineinfo"):
+        plain.code_by_line("sass")
+    with pytest.raises(ValueError, match="kind must be 'sass' or 'ptx', got 'asm'"):
+        plain.code_by_line("asm")
+    with pytest.raises(ValueError, match=r"pass_configs\['tl.cuda.lineinfo'\]: expected True or False, got 1"):
+        tl.compile(gmm_relu(64, 64, 64), target="cuda", pass_configs={"tl.cuda.lineinfo": 1})
