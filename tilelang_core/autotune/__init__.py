@@ -19,7 +19,10 @@ depends on the shapes and the machine. This package tries configurations and rem
 ``tilelang_core.autotune(...)`` is the decorator while ``tilelang_core.autotune`` stays this package. Importing it
 imports neither TVM nor torch. Modules: :mod:`.space` (tunable arguments, grids), :mod:`.record` (a measurement),
 :mod:`.measure` (check + time one kernel), :mod:`.workers` (parallel compiles), :mod:`.tuner` (the sweep and the
-decorator), :mod:`.db` (the SQLite tuning database), :mod:`.progress` (the tqdm bar).
+decorator), :mod:`.db` (the SQLite tuning database), :mod:`.progress` (the tqdm bar); spreading a sweep:
+:mod:`.executors` (the interface), :mod:`.local_executor`, :mod:`.ray_executor`, :mod:`.scheduler` (the driver
+loop: retries, early stopping, finalists), :mod:`.tasks` (what workers do), :mod:`.shipping` (compiled kernels as
+bytes), :mod:`.device_info` (GPU name, driver, clocks). Ray is imported only when a Ray executor is used.
 """
 
 from __future__ import annotations
@@ -29,9 +32,13 @@ import types
 from typing import Any
 
 from .db import TuningDB, best, default_path
+from .executors import Executor
+from .local_executor import LocalExecutor
 from .measure import MeasurementCancelledError, measure
+from .ray_executor import RayExecutor
 from .record import Measurement, kernel_identity
 from .space import default_space, grid, parse_space
+from .tasks import EarlyStop
 from .tuner import AutoTuner, TuneResult, autotune, tune
 
 
@@ -47,4 +54,5 @@ class _CallableModule(types.ModuleType):
 sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = ["autotune", "tune", "best", "grid", "parse_space", "default_space", "TuningDB", "TuneResult",
-           "AutoTuner", "Measurement", "measure", "kernel_identity", "default_path", "MeasurementCancelledError"]
+           "AutoTuner", "Measurement", "measure", "kernel_identity", "default_path", "MeasurementCancelledError",
+           "Executor", "LocalExecutor", "RayExecutor", "EarlyStop"]

@@ -12,6 +12,12 @@ Concurrency: two notebooks (processes) and background threads may write at once.
 (readers never block writers), every operation opens its own short-lived connection (sqlite3 connections are not
 shared between threads), writes are single ``BEGIN IMMEDIATE`` transactions, and a busy database is waited for
 (``busy_timeout``) and retried rather than reported.
+
+One source of truth: a sweep spread over worker processes or a Ray cluster records on the driver only. Every row
+carries a ``uid`` (unique index), so the same result merged twice — a retried hand-over, or a worker's own database
+merged with :meth:`TuningDB.merge` — is kept once. Schema version 2 added ``uid``, ``sweep``, ``worker``,
+``driver``, ``clocks``, ``stage`` and ``attempts``; a version-1 file is migrated in place on first open (old rows get
+``uid = "v1-<id>"``).
 """
 
 from __future__ import annotations
@@ -28,12 +34,15 @@ from typing import Any
 
 from .record import Measurement, jsonable, kernel_identity
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 30_000
 THIS_DEVICE = "this"
 _COLUMNS = ("kernel", "module", "source_hash", "config", "shapes", "dtypes", "target", "device", "host", "versions",
             "status", "message", "latency_ms", "p20_ms", "p80_ms", "min_ms", "runs", "ref_ms", "max_abs", "max_rel",
-            "rtol", "atol", "passed", "flops", "bytes", "compile_s", "timestamp", "pid")
+            "rtol", "atol", "passed", "flops", "bytes", "compile_s", "timestamp", "pid", "uid", "sweep", "worker",
+            "driver", "clocks", "stage", "attempts")
+_ADDED_IN_V2 = {"uid": "TEXT", "sweep": "TEXT", "worker": "TEXT", "driver": "TEXT", "clocks": "TEXT",
+                "stage": "TEXT", "attempts": "INTEGER"}
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS measurements (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -44,9 +53,14 @@ CREATE TABLE IF NOT EXISTS measurements (
     latency_ms REAL, p20_ms REAL, p80_ms REAL, min_ms REAL, runs INTEGER, ref_ms REAL,
     max_abs REAL, max_rel REAL, rtol REAL, atol REAL, passed INTEGER,
     flops REAL, bytes REAL, compile_s REAL,
-    timestamp REAL NOT NULL, pid INTEGER
+    timestamp REAL NOT NULL, pid INTEGER,
+    uid TEXT, sweep TEXT, worker TEXT, driver TEXT, clocks TEXT, stage TEXT, attempts INTEGER
 );
 CREATE INDEX IF NOT EXISTS measurements_lookup ON measurements (kernel, target, shapes);
+"""
+_INDEXES = """
+CREATE UNIQUE INDEX IF NOT EXISTS measurements_uid ON measurements (uid);
+CREATE INDEX IF NOT EXISTS measurements_sweep ON measurements (sweep);
 """
 
 
@@ -98,10 +112,31 @@ class TuningDB:
     def _init(conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA journal_mode = WAL")  # persistent: once set, every later connection is in WAL mode
         conn.execute("PRAGMA synchronous = NORMAL")
-        for statement in _SCHEMA.split(";"):
-            if statement.strip():
-                conn.execute(statement)  # IF NOT EXISTS: two processes creating it at once is harmless
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("BEGIN IMMEDIATE")  # one process creates or migrates; the others wait, then find it done
+        try:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)  # IF NOT EXISTS: an existing (maybe older) table is kept
+            TuningDB._migrate(conn)
+            for statement in _INDEXES.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        """Bring an older table up to this schema: add the columns it lacks; old rows get a uid of their own."""
+        have = {row[1] for row in conn.execute("PRAGMA table_info(measurements)")}
+        missing = [(c, t) for c, t in _ADDED_IN_V2.items() if c not in have]
+        for column, kind in missing:
+            conn.execute(f"ALTER TABLE measurements ADD COLUMN {column} {kind}")
+        if missing:
+            conn.execute("UPDATE measurements SET uid = 'v1-' || id WHERE uid IS NULL")
+            conn.execute("UPDATE measurements SET attempts = 1 WHERE attempts IS NULL")
 
     @staticmethod
     def _retry(fn: Any, attempts: int = 20) -> Any:
@@ -118,10 +153,15 @@ class TuningDB:
 
     # -- writing ---------------------------------------------------------------------------------------------
     def record(self, m: Measurement) -> int:
-        """Append one measurement; returns its row id (also set on ``m.id``)."""
+        """Append one measurement; returns its row id (also set on ``m.id``). A measurement whose ``uid`` is
+        already stored is not added again (the stored row's id is returned)."""
+        return self.record_many([m])[0]
+
+    @staticmethod
+    def _row(m: Measurement) -> dict[str, Any]:
         import socket
 
-        row = {
+        return {
             "kernel": m.kernel, "module": m.module, "source_hash": m.source_hash, "config": _canon(m.config),
             "shapes": canonical_shapes(m.shapes), "dtypes": _canon(m.dtypes), "target": m.target,
             "device": m.device, "host": socket.gethostname(), "versions": _canon(m.versions), "status": m.status,
@@ -129,24 +169,50 @@ class TuningDB:
             "min_ms": m.min_ms, "runs": m.runs, "ref_ms": m.ref_ms, "max_abs": m.max_abs, "max_rel": m.max_rel,
             "rtol": m.rtol, "atol": m.atol, "passed": None if m.passed is None else int(bool(m.passed)),
             "flops": m.flops, "bytes": m.bytes, "compile_s": m.compile_s, "timestamp": m.timestamp,
-            "pid": os.getpid(),
+            "pid": os.getpid(), "uid": m.uid, "sweep": m.sweep, "worker": m.worker, "driver": m.driver,
+            "clocks": _canon(m.clocks), "stage": m.stage, "attempts": m.attempts,
         }
-        sql = (f"INSERT INTO measurements ({', '.join(_COLUMNS)}) "
+
+    def record_many(self, ms: list[Measurement]) -> list[int]:
+        """Append measurements in one transaction, skipping any whose ``uid`` is stored; returns their row ids."""
+        rows = [self._row(m) for m in ms]
+        sql = (f"INSERT OR IGNORE INTO measurements ({', '.join(_COLUMNS)}) "
                f"VALUES ({', '.join(':' + c for c in _COLUMNS)})")
 
-        def write() -> int:
+        def write() -> list[int]:
+            ids = []
             with self.connect() as conn:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    cur = conn.execute(sql, row)
+                    for row in rows:
+                        cur = conn.execute(sql, row)
+                        if cur.rowcount:
+                            ids.append(int(cur.lastrowid))
+                        else:  # already stored: the existing row
+                            ids.append(int(conn.execute("SELECT id FROM measurements WHERE uid = ?",
+                                                        (row["uid"],)).fetchone()[0]))
                     conn.execute("COMMIT")
                 except BaseException:
                     conn.execute("ROLLBACK")
                     raise
-                return int(cur.lastrowid)
+            return ids
 
-        m.id = self._retry(write)
-        return m.id
+        ids = self._retry(write)
+        for m, i in zip(ms, ids):
+            m.id = i
+        return ids
+
+    def merge(self, source: Any) -> int:
+        """Add another database's rows (a :class:`TuningDB`, a path, or measurements), skipping rows already here
+        (same ``uid``); returns how many were added. Merging the same worker database twice adds nothing."""
+        if isinstance(source, (str, Path)):
+            source = TuningDB(source)
+        rows = source.query(device=None) if isinstance(source, TuningDB) else list(source)
+        before = len(self)
+        for m in rows:
+            m.id = None
+        self.record_many(rows)
+        return len(self) - before
 
     def clear(self, kernel: str | None = None) -> int:
         """Delete every row (or one kernel's rows); returns how many."""
@@ -163,7 +229,7 @@ class TuningDB:
     # -- reading ---------------------------------------------------------------------------------------------
     def query(self, kernel: Any = None, shapes: Any = None, target: Any = None, device: str | None = THIS_DEVICE,
               status: str | None = None, source_hash: str | None = None,
-              limit: int | None = None) -> list[Measurement]:
+              limit: int | None = None, sweep: str | None = None) -> list[Measurement]:
         """Measurements, oldest first, filtered by any of:
 
         - ``kernel``: a name (``"matmul_relu"`` or ``"module.matmul_relu"``) — any source; or the factory itself —
@@ -172,7 +238,7 @@ class TuningDB:
           match (``{"M": 512, "N": 512, "K": 512}``);
         - ``target``: ``"cpu"``/``"cuda"`` (or a target dict); ``device``: a device name, ``"this"`` (default: this
           machine's device for the target) or ``None`` (any);
-        - ``status``: e.g. ``"ok"``.
+        - ``status``: e.g. ``"ok"``; ``sweep``: a sweep's key (:func:`~.record.sweep_key`).
         """
         where, params = [], []
         if kernel is not None:
@@ -213,6 +279,9 @@ class TuningDB:
         if status is not None:
             where.append("status = ?")
             params.append(status)
+        if sweep is not None:
+            where.append("sweep = ?")
+            params.append(sweep)
         sql = "SELECT id, " + ", ".join(_COLUMNS) + " FROM measurements"
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -228,13 +297,14 @@ class TuningDB:
         return rows[-limit:] if limit else rows
 
     def best(self, kernel: Any, shapes: Any = None, target: Any = None,
-             device: str | None = THIS_DEVICE) -> Measurement | None:
-        """The best configuration known for ``kernel`` at ``shapes`` on ``target`` (see :meth:`query`).
+             device: str | None = THIS_DEVICE, source_hash: str | None = None) -> Measurement | None:
+        """The best configuration known for ``kernel`` at ``shapes`` on ``target`` and ``device`` (see
+        :meth:`query`), for one version of its source when ``source_hash`` is given (a factory implies its own).
 
         Only configurations that ran and matched the reference (or had none) count. A configuration measured more
         than once is ranked by the median of its measurements; the newest measurement of the winner is returned.
         """
-        rows = [m for m in self.query(kernel, shapes, target, device) if m.ok]
+        rows = [m for m in self.query(kernel, shapes, target, device, source_hash=source_hash) if m.ok]
         by_config: dict[str, list[Measurement]] = {}
         for m in rows:
             by_config.setdefault(_canon(m.config), []).append(m)
@@ -264,20 +334,24 @@ class TuningDB:
         passed = d.pop("passed")
         d.pop("host")
         d.pop("pid")
-        for key in ("config", "shapes", "dtypes", "versions"):
-            d[key] = json.loads(d[key]) if d[key] else ({} if key in ("config", "versions") else [])
+        for key in ("config", "shapes", "dtypes", "versions", "clocks"):
+            d[key] = json.loads(d[key]) if d[key] else ({} if key in ("config", "versions", "clocks") else [])
+        for key in ("sweep", "worker", "driver", "stage"):
+            d[key] = d[key] or ""
+        d["attempts"] = d["attempts"] or 1
+        d["uid"] = d["uid"] or f"v1-{d['id']}"
         return Measurement(passed=None if passed is None else bool(passed), **d)
 
 
 def best(kernel: Any, shapes: Any = None, target: Any = None, device: str | None = THIS_DEVICE,
-         db: TuningDB | str | Path | None = None) -> Measurement | None:
+         db: TuningDB | str | Path | None = None, source_hash: str | None = None) -> Measurement | None:
     """The best known configuration for ``kernel`` (name or factory) at ``shapes`` on ``target``, across sessions.
 
     ``best("matmul_relu", {"M": 512, "N": 512, "K": 512}, "cpu").config`` -> ``{"block_M": 128, ...}``; ``None``
     when nothing that passed has been measured.
     """
     handle = db if isinstance(db, TuningDB) else TuningDB(db)
-    return handle.best(kernel, shapes, target, device)
+    return handle.best(kernel, shapes, target, device, source_hash)
 
 
 __all__ = ["TuningDB", "best", "default_path", "canonical_shapes", "THIS_DEVICE"]

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +22,8 @@ COMPILE_ERROR = "compile_error"
 RUN_ERROR = "run_error"
 CHECK_FAILED = "check_failed"
 STATUSES = (OK, COMPILE_ERROR, RUN_ERROR, CHECK_FAILED)
+PRUNED = "pruned"  # stage: timed briefly, clearly slower than the best so far, not timed further
+FINAL = "final"  # stage: a finalist re-timed interleaved with the reference
 
 
 def kernel_identity(factory: Any, name: str | None = None) -> tuple[str, str, str]:
@@ -39,6 +43,20 @@ def kernel_identity(factory: Any, name: str | None = None) -> tuple[str, str, st
         text = repr((code.co_code, code.co_consts)) if code is not None else qual
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     return name or qual, module, digest
+
+
+def sweep_key(kernel: str, source_hash: str, args: dict[str, Any], target: str, device: str,
+              tolerances: tuple[float | None, float | None] = (None, None)) -> str:
+    """The identity of a sweep: the same kernel source, fixed arguments, target, device and tolerances. A restarted
+    sweep with the same key skips the configurations the database already holds for it (``resume=True``)."""
+    text = json.dumps([kernel, source_hash, jsonable(args), target, device, list(tolerances)], sort_keys=True,
+                      default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def new_uid() -> str:
+    """A measurement's own identity: merging the same result twice (a retried hand-over) keeps one row."""
+    return uuid.uuid4().hex
 
 
 def library_versions() -> dict[str, str]:
@@ -99,6 +117,13 @@ class Measurement:
     compile_s: float | None = None
     timestamp: float = field(default_factory=time.time)
     id: int | None = None  # row id, once stored
+    uid: str = field(default_factory=new_uid)
+    sweep: str = ""  # :func:`sweep_key` of the sweep that took it ("" outside a sweep)
+    worker: str = ""  # which timing worker measured it (``local:gpu0``, ``ray:<node>:<pid>``)
+    driver: str = ""  # GPU driver version where readable
+    clocks: dict[str, float] = field(default_factory=dict)  # e.g. {"sm_mhz": 1980, "mem_mhz": 2619} or cpu_mhz
+    stage: str = ""  # "" (timed once), PRUNED (early-stopped) or FINAL (finalist re-timed with the reference)
+    attempts: int = 1  # 2: its first worker died with it in flight and it was retried elsewhere
 
     @property
     def ok(self) -> bool:
@@ -149,5 +174,5 @@ class Measurement:
         return text
 
 
-__all__ = ["Measurement", "kernel_identity", "library_versions", "jsonable", "OK", "COMPILE_ERROR", "RUN_ERROR",
-           "CHECK_FAILED", "STATUSES"]
+__all__ = ["Measurement", "kernel_identity", "library_versions", "jsonable", "sweep_key", "new_uid", "OK",
+           "COMPILE_ERROR", "RUN_ERROR", "CHECK_FAILED", "STATUSES", "PRUNED", "FINAL"]

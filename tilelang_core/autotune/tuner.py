@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import pickle
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,12 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from ..target import resolve_target
+from . import executors
 from . import workers as workers_mod
 from .db import TuningDB, best
-from .measure import MeasurementCancelledError, as_tuple, inputs_for, measure
+from .device_info import device_facts
+from .measure import MeasurementCancelledError, measure
 from .progress import progress_bar
-from .record import COMPILE_ERROR, Measurement, kernel_identity, library_versions
+from .record import COMPILE_ERROR, FINAL, Measurement, jsonable, kernel_identity, library_versions, sweep_key
 from .space import as_configs, factory_args
+from .tasks import EarlyStop, SweepJob, problem
 
 
 @dataclass
@@ -39,12 +43,23 @@ class TuneResult:
     seconds: float = 0.0
     compiled_in: str = "process"  # "workers" | "process"
     tuned: list[str] = field(default_factory=list)  # the arguments the sweep varied
+    sweep: str = ""  # the sweep's key in the database (resume=True continues it)
+    executor: str = "inline"  # "inline" | "local" | "ray"
+    finals: list[Measurement] = field(default_factory=list)  # finalists re-timed with the reference
+    resumed: int = 0  # configurations taken from the database instead of measured again
+    retried: int = 0  # tasks retried because their worker died
+    lost: int = 0  # tasks whose worker died in flight
+    pruned: int = 0  # configurations early-stopped
+    cancelled: bool = False
+    workers: dict[str, int] = field(default_factory=dict)  # tasks done per worker
     _jit: Any = field(default=None, repr=False)
     _kernels: dict[str, Any] = field(default_factory=dict, repr=False)
+    _index: dict[str, int] = field(default_factory=dict, repr=False)  # measurement uid -> config index
 
     @property
     def best(self) -> Measurement | None:
-        good = [m for m in self.measurements if m.ok]
+        """The fastest configuration that passed: among the finalists' re-timings when there are any."""
+        good = [m for m in (self.finals or self.measurements) if m.ok]
         return min(good, key=lambda m: m.latency_ms) if good else None
 
     @property
@@ -75,6 +90,8 @@ class TuneResult:
         good = sorted((m for m in self.measurements if m.latency_ms is not None), key=lambda m: m.latency_ms)
         rows = good + [m for m in self.measurements if m.latency_ms is None]
         lines = [m.describe(self.tuned or None) for m in rows[:limit]]
+        for m in sorted(self.finals, key=lambda m: m.latency_ms or 0.0):
+            lines.append(f"final: {m.describe(self.tuned or None)}")
         if self.reference_ms is not None:
             lines.append(f"reference: {self.reference_ms:.4f} ms")
         return "\n".join(lines)
@@ -113,7 +130,9 @@ def tune(factory: Any, configs: Any, *, args: dict[str, Any] | None = None, ref:
          rtol: float | None = None, atol: float | None = None, out_idx: Any = None, target: Any = None,
          workers: int | None = None, db: Any = True, name: str | None = None, progress: bool = True,
          warmup: float = 25.0, rep: float = 100.0, on_result: Callable[[Measurement], None] | None = None,
-         should_stop: Callable[[], bool] | None = None, inputs: Any = None) -> TuneResult:
+         should_stop: Callable[[], bool] | None = None, inputs: Any = None, executor: Any = None,
+         resume: bool = False, early_stop: Any = True, finalists: int = 3,
+         on_progress: Callable[[Any], None] | None = None) -> TuneResult:
     """Try every configuration of ``factory`` at the problem ``args`` and return the measurements.
 
     ``configs``: a list of dicts, a grid ``{"block_M": [64, 128], ...}``, or a space string
@@ -123,11 +142,23 @@ def tune(factory: Any, configs: Any, *, args: dict[str, Any] | None = None, ref:
     ``on_result(m)`` sees each measurement as it is recorded; ``should_stop()`` ends the sweep early.
     ``inputs``: the kernel's input tensors to check and time on (a list, or a function of the compiled kernel
     returning one; TileLang's ``set_autotune_inputs``); default: the profiler's seeded random inputs.
+
+    ``executor``: where the work runs (docs/tuning.md): ``"local"`` (compile processes + one timing process per
+    visible GPU, or one for the CPU), ``"ray"`` / ``RayExecutor(address=...)`` (a Ray cluster), ``"inline"`` (the
+    previous release's path: timing in this process), or None: ``"local"`` when the factory can be imported by a
+    worker and ``workers != 0``, else ``"inline"``. With an executor: ``early_stop`` (True: ``EarlyStop()``; an
+    :class:`~.tasks.EarlyStop`; False: time everything fully) drops clearly slower configs after a few runs,
+    ``finalists`` (default 3; 0: none) re-times the fastest interleaved with the reference, and ``on_progress(ex)``
+    sees the executor's workers (``ex.workers``) as they progress. ``resume=True`` skips the configurations the
+    database already holds for this sweep (same kernel source, fixed arguments, target, device, tolerances).
     """
     t_start = time.perf_counter()
     cfgs = as_configs(configs)
     if not cfgs:
         raise ValueError("tune: no configurations to try")
+    if not isinstance(finalists, int) or isinstance(finalists, bool) or finalists < 0:
+        raise ValueError(f"tune: finalists must be a non-negative integer, got {finalists!r}")
+    stop_rule = _early_stop(early_stop)
     fixed = dict(args or {})
     calls = [{**fixed, **c} for c in cfgs]
     kname, module, source_hash = kernel_identity(factory, name)
@@ -136,9 +167,149 @@ def tune(factory: Any, configs: Any, *, args: dict[str, Any] | None = None, ref:
     database = _database(db)
     versions = library_versions()
     ref_spec = workers_mod.factory_ref(factory)
-    n_workers = _worker_count(workers, len(calls), ref_spec)
-    result = TuneResult(kernel=kname, args=fixed, compiled_in="workers" if n_workers else "process", _jit=jf,
-                        tuned=list(dict.fromkeys(k for c in cfgs for k in c)))
+    from ..machine import device_name
+
+    skey = sweep_key(kname, source_hash, fixed, backend, device_name(backend), (rtol, atol))
+    bases = {i: Measurement(kernel=kname, config=factory_args(factory, call), module=module,
+                            source_hash=source_hash, versions=versions, target=backend, sweep=skey)
+             for i, call in enumerate(calls)}
+    previous = _previous(database, kname, source_hash, skey) if resume else {}
+    known = {i: previous[_canon_config(bases[i].config)] for i in bases if _canon_config(bases[i].config) in previous}
+    todo = {i: calls[i] for i in range(len(calls)) if i not in known}
+    ex = _choose_executor(executor, workers, ref_spec, len(todo))
+    n_workers = _worker_count(workers, len(todo), ref_spec) if ex == "inline" else 0
+    result = TuneResult(kernel=kname, args=fixed, compiled_in="workers" if n_workers or ex != "inline" else "process",
+                        _jit=jf, tuned=list(dict.fromkeys(k for c in cfgs for k in c)), sweep=skey,
+                        executor=ex if ex == "inline" else ex.name, resumed=len(known))
+    for i in sorted(known):
+        result.measurements.append(known[i])
+    if ex == "inline":
+        _run_inline(result, factory, jf, todo, bases, ref, ref_spec, n_workers, database, rtol=rtol, atol=atol,
+                    warmup=warmup, rep=rep, inputs=inputs, progress=progress, on_result=on_result,
+                    should_stop=should_stop)
+    else:
+        _run_executor(result, ex, jf, todo, bases, ref, ref_spec, database, backend, rtol=rtol, atol=atol,
+                      warmup=warmup, rep=rep, inputs=inputs, progress=progress, on_result=on_result,
+                      should_stop=should_stop, early_stop=stop_rule, finalists=finalists, on_progress=on_progress)
+    index = {m.uid: i for i, m in known.items()}
+    index.update({m.uid: i for i, m in bases.items()})  # the inline path measures into the bases
+    index.update(result._index)
+    result.measurements.sort(key=lambda m: index.get(m.uid, len(bases)))
+    result.seconds = time.perf_counter() - t_start
+    return result
+
+
+def _early_stop(early_stop: Any) -> EarlyStop | None:
+    if early_stop is True:
+        return EarlyStop()
+    if early_stop is False or early_stop is None:
+        return None
+    if isinstance(early_stop, EarlyStop):
+        return early_stop
+    raise ValueError(f"tune: early_stop must be True, False or an EarlyStop(runs=..., factor=...), "
+                     f"got {early_stop!r}")
+
+
+def _canon_config(config: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(jsonable(config), sort_keys=True)
+
+
+def _previous(database: TuningDB | None, kname: str, source_hash: str, skey: str) -> dict[str, Measurement]:
+    """The configurations this sweep already measured (resume): the newest non-final row of each."""
+    if database is None:
+        return {}
+    out: dict[str, Measurement] = {}
+    for m in database.query(kname, source_hash=source_hash, device=None, sweep=skey):
+        if m.stage != FINAL:
+            out[_canon_config({k: v for k, v in m.config.items()})] = m
+    return out
+
+
+def _choose_executor(executor: Any, workers: int | None, ref_spec: Any, n: int) -> Any:
+    """The executor for this sweep: ``"inline"`` or an :class:`~.executors.Executor`."""
+    if executor is None:
+        if workers == 0 or ref_spec is None or n < 2 or not workers_mod.main_is_guarded():
+            return "inline"
+        executor = "local"
+    ex = executors.resolve(executor, workers)
+    if ex != "inline":
+        if ref_spec is None:
+            raise ValueError(f"executor={getattr(ex, 'name', executor)!r}: the factory cannot be imported by a "
+                             "worker process (it is defined in a notebook cell, inside a function, or in exec'd "
+                             "code); move it to a module, or use executor='inline'")
+        if not workers_mod.main_is_guarded():
+            raise ValueError(f"executor={ex.name!r}: the main script has no 'if __name__ == \"__main__\":' guard, "
+                             "so worker processes would run it again; add one, or use executor='inline'")
+    return ex
+
+
+def _run_executor(result: TuneResult, ex: Any, jf: Any, todo: dict[int, dict[str, Any]],
+                  bases: dict[int, Measurement], ref: Any, ref_spec: Any, database: TuningDB | None, backend: str,
+                  *, rtol: Any, atol: Any, warmup: float, rep: float, inputs: Any, progress: bool,
+                  on_result: Any, should_stop: Any, early_stop: EarlyStop | None, finalists: int,
+                  on_progress: Any) -> None:
+    from ..jit.cache import cache_dir
+    from . import scheduler
+
+    job = SweepJob(factory=ref_spec, out_idx=jf.out_idx, target=jf.target, kind=backend, ref=ref, rtol=rtol,
+                   atol=atol, warmup=warmup, rep=rep, inputs=inputs, early_stop=early_stop,
+                   cache_dir=str(cache_dir()))
+    if ex.name == "local":
+        try:
+            pickle.dumps(job)
+        except Exception as e:  # noqa: BLE001 - a lambda reference, a tensor of an odd type, ...
+            raise ValueError(f"executor='local': the reference and inputs must be picklable to reach the timing "
+                             f"process (a module-level function, not a lambda): {type(e).__name__}: {e}; "
+                             "use executor='inline' or executor='ray' (which ships lambdas)") from None
+    if not todo:
+        return
+    bar = progress_bar(len(todo), f"{result.kernel}: {ex.name}", enable=progress)
+    best_ms = result.best.latency_ms if result.best is not None else None
+
+    def record(i: int, m: Measurement) -> None:
+        if database is not None:
+            database.record(m)
+        result._index[m.uid] = i
+        if m.ref_ms is not None:
+            result.reference_ms = m.ref_ms
+        if m.stage == FINAL:
+            result.finals.append(m)
+        else:
+            result.measurements.append(m)
+            bar.update(1)
+        if on_result is not None:
+            on_result(m)
+        b = result.best
+        if b is not None and b.latency_ms is not None:
+            bar.set_postfix_str(f"best {b.latency_ms:.3f} ms", refresh=False)
+
+    def progressed(executor: Any) -> None:
+        counts = " ".join(f"{w.name}:{w.done}" for w in executor.workers.values())
+        bar.set_description(f"{result.kernel}: {ex.name} [{counts}]", refresh=False)
+        if on_progress is not None:
+            on_progress(executor)
+
+    try:
+        stats = scheduler.run(ex, job, todo, bases, record=record, barrier=backend != "cuda", finalists=finalists,
+                              should_stop=should_stop, on_progress=progressed, best_ms=best_ms)
+    finally:
+        bar.close()
+    result.retried, result.lost, result.pruned = stats.retried, stats.lost, stats.pruned
+    result.cancelled = stats.cancelled
+    result.workers = {n: w.done for n, w in ex.workers.items()}
+
+
+def _run_inline(result: TuneResult, factory: Any, jf: Any, todo: dict[int, dict[str, Any]],
+                bases: dict[int, Measurement], ref: Any, ref_spec: Any, n_workers: int,
+                database: TuningDB | None, *, rtol: Any, atol: Any, warmup: float, rep: float, inputs: Any,
+                progress: bool, on_result: Any, should_stop: Any) -> None:
+    """The previous release's sweep: compile (in worker processes where possible), then check and time here, one
+    configuration after another."""
+    kname = result.kernel
+    order = sorted(todo)
+    calls = [todo[i] for i in order]
     bar = progress_bar(len(calls), f"{kname}: compiling" if n_workers else f"{kname}: tuning", enable=progress)
     failed: dict[int, tuple[str, float]] = {}
     compile_times: dict[int, float] = {}
@@ -158,9 +329,9 @@ def tune(factory: Any, configs: Any, *, args: dict[str, Any] | None = None, ref:
         problems: dict[str, tuple[list[Any], tuple[Any, ...] | None, float | None]] = {}
         for i, call in enumerate(calls):
             if should_stop is not None and should_stop():
+                result.cancelled = True
                 break
-            m = Measurement(kernel=kname, config=factory_args(factory, call), module=module,
-                            source_hash=source_hash, versions=versions, target=backend)
+            m = bases[order[i]]
             kernel = None
             if i in failed:
                 m.status, m.message = COMPILE_ERROR, failed[i][0]
@@ -174,17 +345,20 @@ def tune(factory: Any, configs: Any, *, args: dict[str, Any] | None = None, ref:
             if kernel is None:
                 from ..machine import device_name
 
-                m.device = device_name(backend)
+                m.device = device_name(m.target)
             else:
                 m.config = {**m.config, **kernel.config} if kernel.config else m.config
                 try:
-                    ins, ref_outs, ref_ms = _problem(problems, kernel, ref, warmup, rep, inputs)
+                    ins, ref_outs, ref_ms = problem(problems, kernel, ref, warmup, rep, inputs)
                     measure(kernel, m, inputs=ins, ref_outputs=ref_outs, rtol=rtol, atol=atol, warmup=warmup,
                             rep=rep, should_stop=should_stop)
                     m.ref_ms = ref_ms
                     result.reference_ms = ref_ms
                 except MeasurementCancelledError:
+                    result.cancelled = True
                     break
+            facts = device_facts(m.target)
+            m.driver, m.clocks, m.worker = facts.driver, facts.clocks, "inline"
             if database is not None:
                 database.record(m)
             result.measurements.append(m)
@@ -196,26 +370,6 @@ def tune(factory: Any, configs: Any, *, args: dict[str, Any] | None = None, ref:
                 bar.set_postfix_str(f"best {b.latency_ms:.3f} ms", refresh=False)
     finally:
         bar.close()
-    result.seconds = time.perf_counter() - t_start
-    return result
-
-
-def _problem(cache: dict[str, Any], kernel: Any, ref: Callable[..., Any] | None, warmup: float,
-             rep: float, inputs: Any = None) -> tuple[list[Any], tuple[Any, ...] | None, float | None]:
-    """Inputs, reference outputs and reference latency for the kernel's parameter shapes (computed once each)."""
-    key = repr([(p.shape, p.dtype) for p in kernel.params])
-    if key not in cache:
-        if inputs is None:
-            ins = inputs_for(kernel)
-        else:
-            ins = list(inputs(kernel) if callable(inputs) else inputs)
-            if len(ins) != len(kernel.in_idx):
-                raise ValueError(f"inputs: the kernel takes {len(kernel.in_idx)} input tensor(s), "
-                                 f"{len(ins)} given")
-        ref_outs = as_tuple(ref(*ins)) if ref is not None else None
-        ref_ms = float(kernel.get_profiler().do_bench(ref, inputs=ins, warmup=warmup, rep=rep)) if ref else None
-        cache[key] = (ins, ref_outs, ref_ms)
-    return cache[key]
 
 
 class AutoTuner:
