@@ -18,7 +18,8 @@ zero. A NaN input gives NaN (the clamp alone would turn it into +inf). sigmoid i
 ``tanh`` is rewritten too: TVM's own lowering, ``(1 - e^-2x) / (1 + e^-2x)``-style, cancels for small ``|x|``
 (tanh(1e-6) came out 0, relative error 1e-4 near 1e-3). float32: ``x + x^3 P(x^2)`` for ``|x| < 0.625`` (``P`` a
 degree-4 fit of ``(tanh x - x) / x^3``, within 1 ulp), else ``sign(x) (1 - 2 / (e^{2|x|} + 1))`` on the fast exp;
-float16/bfloat16 go through float32; float64 calls libm's ``tanh``.
+float16/bfloat16 go through float32; float64 calls libm's ``tanh``. ``log``, ``log2``, ``log10`` and ``erf`` are
+rewritten the same way by :mod:`.fast_log_erf_cpu`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ...language._ir import dtype_of
+from .fast_log_erf_cpu import FAST_F32, rewrite_log_erf
 
 _COEFFS_EXP2 = [math.log(2) ** k / math.factorial(k) for k in range(8)]
 _COEFFS_EXP = [1.0 / math.factorial(k) for k in range(8)]
@@ -113,6 +115,8 @@ def _rewrite(call: Any) -> Any:
     op = getattr(call.op, "name", None)
     if op == "tirx.tanh":
         return _rewrite_tanh(call)
+    if op in FAST_F32:  # log, log2, log10, erf: see fast_log_erf_cpu
+        return rewrite_log_erf(call)
     if op not in ("tirx.exp", "tirx.exp2", "tirx.sigmoid") or dtype_of(call) != "float32":
         return call
     x = call.args[0]
