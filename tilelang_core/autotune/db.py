@@ -40,9 +40,9 @@ THIS_DEVICE = "this"
 _COLUMNS = ("kernel", "module", "source_hash", "config", "shapes", "dtypes", "target", "device", "host", "versions",
             "status", "message", "latency_ms", "p20_ms", "p80_ms", "min_ms", "runs", "ref_ms", "max_abs", "max_rel",
             "rtol", "atol", "passed", "flops", "bytes", "compile_s", "timestamp", "pid", "uid", "sweep", "worker",
-            "driver", "clocks", "stage", "attempts")
+            "driver", "clocks", "stage", "attempts", "resources")
 _ADDED_IN_V2 = {"uid": "TEXT", "sweep": "TEXT", "worker": "TEXT", "driver": "TEXT", "clocks": "TEXT",
-                "stage": "TEXT", "attempts": "INTEGER"}
+                "stage": "TEXT", "attempts": "INTEGER", "resources": "TEXT"}
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS measurements (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -54,7 +54,7 @@ CREATE TABLE IF NOT EXISTS measurements (
     max_abs REAL, max_rel REAL, rtol REAL, atol REAL, passed INTEGER,
     flops REAL, bytes REAL, compile_s REAL,
     timestamp REAL NOT NULL, pid INTEGER,
-    uid TEXT, sweep TEXT, worker TEXT, driver TEXT, clocks TEXT, stage TEXT, attempts INTEGER
+    uid TEXT, sweep TEXT, worker TEXT, driver TEXT, clocks TEXT, stage TEXT, attempts INTEGER, resources TEXT
 );
 CREATE INDEX IF NOT EXISTS measurements_lookup ON measurements (kernel, target, shapes);
 """
@@ -171,6 +171,7 @@ class TuningDB:
             "flops": m.flops, "bytes": m.bytes, "compile_s": m.compile_s, "timestamp": m.timestamp,
             "pid": os.getpid(), "uid": m.uid, "sweep": m.sweep, "worker": m.worker, "driver": m.driver,
             "clocks": _canon(m.clocks), "stage": m.stage, "attempts": m.attempts,
+            "resources": _canon(m.resources) if m.resources else None,
         }
 
     def record_many(self, ms: list[Measurement]) -> list[int]:
@@ -339,6 +340,7 @@ class TuningDB:
         for key in ("sweep", "worker", "driver", "stage"):
             d[key] = d[key] or ""
         d["attempts"] = d["attempts"] or 1
+        d["resources"] = json.loads(d["resources"]) if d["resources"] else {}
         d["uid"] = d["uid"] or f"v1-{d['id']}"
         return Measurement(passed=None if passed is None else bool(passed), **d)
 

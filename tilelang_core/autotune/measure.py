@@ -58,6 +58,18 @@ def describe_problem(m: Measurement, kernel: Any) -> None:
     m.flops, m.bytes = work(kernel, m.config)
     m.target = target_kind(kernel.target)
     m.device = device_name(m.target)
+    m.resources = resource_record(kernel)
+
+
+def resource_record(kernel: Any) -> dict[str, Any]:
+    """A CUDA kernel's resources (``kernel.resources().to_dict()``: registers, spills, shared memory, occupancy)
+    for the measurement's record; ``{}`` for a CPU kernel or where they cannot be read."""
+    read = getattr(kernel, "resources", None)
+    try:
+        res = read() if callable(read) else None
+    except Exception:  # noqa: BLE001 - resources are extra facts; a kernel that cannot report them still measures
+        return {}
+    return res.to_dict() if res is not None else {}
 
 
 def inputs_for(kernel: Any) -> list[Any]:
@@ -144,5 +156,5 @@ def measure(kernel: Any, m: Measurement, *, reference: Callable[..., Any] | None
     return m
 
 
-__all__ = ["measure", "compare", "work", "describe_problem", "inputs_for", "default_tolerance",
+__all__ = ["measure", "compare", "work", "describe_problem", "resource_record", "inputs_for", "default_tolerance",
            "MeasurementCancelledError"]

@@ -124,6 +124,7 @@ class Measurement:
     clocks: dict[str, float] = field(default_factory=dict)  # e.g. {"sm_mhz": 1980, "mem_mhz": 2619} or cpu_mhz
     stage: str = ""  # "" (timed once), PRUNED (early-stopped) or FINAL (finalist re-timed with the reference)
     attempts: int = 1  # 2: its first worker died with it in flight and it was retried elsewhere
+    resources: dict[str, Any] = field(default_factory=dict)  # CUDA: KernelResources.to_dict() (regs, spills, ...)
 
     @property
     def ok(self) -> bool:
