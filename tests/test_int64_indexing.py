@@ -222,3 +222,11 @@ def test_kernel_writes_the_last_row_of_a_tensor_past_two_to_the_31_elements(make
     finally:
         del A
         gc.collect()
+
+
+def test_cuda_int8_kernel_with_a_broadcast_constant_compiles():
+    """``A + T.cast(3, "int8")`` vectorises 16 lanes of int8: TVM printed the constant's broadcast as
+    ``make_int4`` of sixteen chars, which NVRTC rejected on the H200; it is packed lane by lane now."""
+    kernel = tilelang.compile(add_one_in_place(1024, COLS, 64), target="cuda")
+    src = kernel.get_kernel_source()
+    assert "tl::pack_lanes<int4>((signed char)3" in src

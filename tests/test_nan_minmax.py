@@ -108,10 +108,10 @@ def test_cuda_half_max_checks_for_nan_and_float32_uses_fmaxf():
 def test_cuda_half_max_min_on_eight_lane_vectors_compile_and_pack_the_broadcast_lanes():
     """48×40 fp16 with 128 threads vectorises by 8: the ReLU's zero became a float32x8 broadcast that TVM printed as
     ``make_ulonglong4`` of eight floats, which NVRTC and nvcc reject (it failed on the H200)."""
-    from tilelang_core.backend.cuda.codegen import _float32x8_broadcasts
+    from tilelang_core.backend.cuda.codegen import _packed_broadcasts
 
     kernel = tilelang.jit(out_idx=[-1], target="cuda")(minmax_both_orders.factory)(48, 40, "float16")
     src = kernel.get_kernel_source()
-    assert "tl::make_float32x8(" in src and not re.search(r"make_ulonglong4\(([^,()]*,){7}", src)
-    fixed = _float32x8_broadcasts("x = make_ulonglong4(f(1, 2), b, c, d); y = make_ulonglong4(a,b,c,d,e,f(g),h,i);")
-    assert fixed == "x = make_ulonglong4(f(1, 2), b, c, d); y = tl::make_float32x8(a,b,c,d,e,f(g),h,i);"
+    assert "tl::pack_lanes<ulonglong4>(" in src and not re.search(r"make_ulonglong4\(([^,()]*,){7}", src)
+    fixed = _packed_broadcasts("x = make_ulonglong4(f(1, 2), b, c, d); y = make_ulonglong4(a,b,c,d,e,f(g),h,i);")
+    assert fixed == "x = make_ulonglong4(f(1, 2), b, c, d); y = tl::pack_lanes<ulonglong4>(a,b,c,d,e,f(g),h,i);"

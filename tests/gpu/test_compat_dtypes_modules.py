@@ -25,7 +25,8 @@ def test_fp8_decode_on_the_gpu_equals_torch(fp8):
     assert torch.equal(d.isnan(), ref.isnan())
     ok = ~ref.isnan()
     assert torch.equal(d[ok], ref[ok])
-    # encoding: CUDA's conversions saturate (e5m2 too: docs/compat.md); compare where torch's result is finite
+    # encoding: torch's bytes (NaN keeps its sign, e5m2 overflows to inf). e4m3fn beyond 448 saturates as torch
+    # 2.13 does; the GPU host's torch 2.11 gives NaN there (bench/gpu/fp8_probe.py): compare where it is finite
     want = x.to(fp8.as_torch())
     finite = want.float().isfinite() | x.isnan()
     assert torch.equal(e.view(torch.uint8)[finite], want.view(torch.uint8)[finite])

@@ -88,16 +88,21 @@ def _split_args(text: str, start: int) -> tuple[list[str], int]:
     raise ValueError("unbalanced parentheses")
 
 
-def _float32x8_broadcasts(source: str) -> str:
-    """TVM stores a float32x8 vector as ``ulonglong4`` but prints its broadcast as ``make_ulonglong4`` of eight
-    floats, which no CUDA header declares (it arises from a ReLU ``T.max(x, 0)`` on half vectors widened to float32
-    by tl.NanSkippingMinMax): such calls become ``tl::make_float32x8``, which packs the eight floats' bits."""
-    out, pos, name = [], 0, "make_ulonglong4("
-    while (i := source.find(name, pos)) >= 0:
-        args, end = _split_args(source, i + len(name) - 1)
-        out.append(source[pos:i])
-        out.append(f"tl::make_float32x8({','.join(args)})" if len(args) == 8 else source[i:end])
-        pos = end
+def _packed_broadcasts(source: str) -> str:
+    """TVM stores a vector wider than CUDA's built-in ones in a wider word vector (float32x8 in ``ulonglong4``,
+    int8x16 in ``int4``) but prints its broadcast as ``make_<that type>`` with one argument per lane, which no CUDA
+    header declares (a ReLU ``T.max(x, 0)`` on 8-lane half vectors widened to float32, ``A + T.cast(3, "int8")`` on
+    16-lane int8 vectors): a ``make_<type><n>`` call with more than ``n`` arguments becomes
+    ``tl::pack_lanes<<type><n>>``, which copies the lanes' bytes in order."""
+    out, pos = [], 0
+    for m in re.finditer(r"\bmake_((?:u?(?:char|short|int|long|longlong)|float|double)([1-4]))\(", source):
+        if m.start() < pos:
+            continue
+        args, end = _split_args(source, m.end() - 1)
+        if len(args) > int(m.group(2)):
+            out.append(source[pos:m.start()])
+            out.append(f"tl::pack_lanes<{m.group(1)}>({','.join(args)})")
+            pos = end
     out.append(source[pos:])
     return "".join(out)
 
@@ -191,7 +196,7 @@ def generate(mod: Any, arch: str = "sm_90", instruments: list[Any] | None = None
                                        "scalar parameter nor a symbolic size of the program", stage="codegen")
     # TVM hands the source to the (overridden) compile callback where a driver is present, else keeps it as is
     source = HEADER + (captured.sources[-1] if captured.called else rt.inspect_source(""))
-    source = _float32x8_broadcasts(_wgmma_source(source))
+    source = _packed_broadcasts(_wgmma_source(source))
     if not re.search(rf"__global__\s+void\s+(__launch_bounds__\(\d+\)\s+)?{re.escape(kname)}\s*\(", source):
         raise TileLangCompileError(f"kernel {kname} not found in the generated CUDA source", stage="codegen")
     if resolve(options)[PassConfigKey.TL_CUDA_STREAMING_LOADS]:

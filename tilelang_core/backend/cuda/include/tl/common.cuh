@@ -21,14 +21,19 @@
 
 namespace tl {
 
-// A float32x8 vector in TVM's storage type for it (ulonglong4: lanes 2k and 2k+1 in component k, low bits first),
-// for the broadcasts TVM's code generator prints with eight float arguments (backend/cuda/codegen.py).
-__device__ __forceinline__ ulonglong4 make_float32x8(float a, float b, float c, float d, float e, float f,
-                                                     float g, float h) {
-  auto pack = [](float lo, float hi) {
-    return (static_cast<unsigned long long>(__float_as_uint(hi)) << 32) | __float_as_uint(lo);
-  };
-  return make_ulonglong4(pack(a, b), pack(c, d), pack(e, f), pack(g, h));
+// A vector of TVM's wide storage types (float32x8 in ulonglong4, int8x16 in int4, ...) from its lanes in order,
+// for the broadcasts TVM's code generator prints with one argument per lane (backend/cuda/codegen.py).
+template <typename V, typename L, typename... R>
+__device__ __forceinline__ V pack_lanes(L first, R... rest) {
+  static_assert(sizeof(V) == sizeof(L) * (1 + sizeof...(R)), "pack_lanes: lanes do not fill the vector");
+  const L lanes[] = {first, static_cast<L>(rest)...};
+  V v;
+  L* out = reinterpret_cast<L*>(&v);  // the way TVM's own code reads the lanes of these vectors
+#pragma unroll
+  for (int i = 0; i < 1 + static_cast<int>(sizeof...(R)); ++i) {
+    out[i] = lanes[i];
+  }
+  return v;
 }
 
 // 32-bit shared-state-space address of a generic pointer into shared memory.
