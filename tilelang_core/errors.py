@@ -10,9 +10,12 @@ through ``@jit`` also carries a :class:`FailureReport` (``err.report``): everyth
 from __future__ import annotations
 
 import linecache
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+_NO_ATTRIBUTE = re.compile(r"has no attribute '([A-Za-z_][A-Za-z0-9_]*)'")
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,18 @@ class SourceLocation:
     def source_line(self) -> str:
         """The text of the line, or '' when the file is not readable."""
         return linecache.getline(self.file, self.line).rstrip("\n")
+
+    def on_attribute(self, message: str) -> SourceLocation:
+        """For a "... has no attribute 'NAME'" message: the same place moved onto ``.NAME`` in the source line (at
+        or after this column), so the caret marks the misspelt name, not the start of the expression; else self."""
+        found = _NO_ATTRIBUTE.search(message)
+        line = self.source_line()
+        if found is None or not line:
+            return self
+        hit = re.search(rf"\.\s*({re.escape(found[1])})\b", line[max(self.column - 1, 0):])
+        if hit is None:
+            return self
+        return SourceLocation(self.file, self.line, max(self.column - 1, 0) + hit.start(1) + 1)
 
 
 @dataclass
@@ -121,6 +136,8 @@ class TileLangCompileError(TileLangError):
 
     def __init__(self, message: str, location: SourceLocation | None = None, stage: str | None = None,
                  report: FailureReport | None = None):
+        if location is not None and stage == "parse":
+            location = location.on_attribute(message)  # T.alloc_fragmnt: the caret under the misspelt name
         self.message = message
         self.location = location
         self.stage = stage

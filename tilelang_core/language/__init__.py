@@ -88,4 +88,7 @@ def __getattr__(name: str) -> Any:
     try:
         return getattr(_tirx, name)
     except AttributeError:
-        raise AttributeError(f"tilelang_core.language has no attribute {name!r}") from None
+        from .names import did_you_mean
+
+        hint = did_you_mean(name, __all__) if not name.startswith("_") else ""
+        raise AttributeError(f"tilelang_core.language has no attribute {name!r}{hint}") from None
