@@ -266,7 +266,7 @@ def _compile_cpu(func: Any, target: Any, backend: str, specs: list[Any], outs: l
     tgt = cpu_backend.host_target() if backend == "cpu" else {}
     toolchain = {"llvm": cpu_backend.llvm_version(), "cc": os.environ.get("CC", "gcc")}
     key = cache.disk_key(func.script(), outs, tgt, opts.pass_configs, toolchain)
-    with cache.key_lock(key):  # one thread compiles a key; the others then find it on disk
+    with cache.compile_lock(key):  # one thread (of any process) compiles a key; the others then find it on disk
         art = cache.disk_get(key)
         status = "disk"
         tmp = None

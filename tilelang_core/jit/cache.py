@@ -15,7 +15,8 @@ a file or a dangling link in place of the folder) is discarded with a :class:`Ca
 cache folder falls back to a private one (:mod:`.cache_location`).
 
 Threads: :func:`key_lock` makes one thread compile a key while the others wait for its result; the counters
-(:data:`STATS`) are updated under a lock (:func:`count`).
+(:data:`STATS`) are updated under a lock (:func:`count`). Processes: :func:`compile_lock` adds a file lock per key
+(:mod:`.process_lock`), so two processes sharing a cache folder compile a kernel once.
 
 Location: ``$TILELANG_CORE_CACHE_DIR``, else ``$XDG_CACHE_HOME/tilelang_core``, else ``~/.cache/tilelang_core``.
 ``TILELANG_CORE_DISABLE_CACHE=1`` turns the disk cache off; :func:`without_disk_cache` for one thread.
@@ -38,7 +39,7 @@ from typing import Any
 
 from ..errors import TileLangRuntimeError
 from ..runtime.artifact import Artifact, load_artifact, sha256_file
-from . import build_dirs
+from . import build_dirs, process_lock
 from .cache_location import (  # noqa: F401  (re-exported: the cache's public names live here)
     CacheWarning,
     cache_dir,
@@ -102,6 +103,16 @@ def key_lock(key: Any) -> Iterator[None]:
             entry[1] -= 1
             if entry[1] == 0:
                 del _KEY_LOCKS[key]
+
+
+@contextlib.contextmanager
+def compile_lock(key: str) -> Iterator[None]:
+    """Single flight for one disk key: threads of this process (:func:`key_lock`), then other processes sharing
+    the cache folder (:mod:`.process_lock`, an ``flock`` that never waits forever)."""
+    with key_lock(key):
+        root = cache_root()
+        with process_lock.hold(None if root is None else root / "kernels", key):
+            yield
 
 
 def memory_get(key: Any) -> Any:

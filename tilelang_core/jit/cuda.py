@@ -65,7 +65,7 @@ def compile_cuda(func: Any, specs: list[ParamSpec], outs: list[int], target: dic
     opts = resolve(pass_configs)
     t0 = time.perf_counter()
     key = cache.disk_key(func.script(), outs, target, opts, toolchain(target, opts, compile_flags))
-    with cache.key_lock(key):  # one thread compiles a key; the others then find it on disk
+    with cache.compile_lock(key):  # one thread (of any process) compiles a key; the others then find it on disk
         art = cache.disk_get(key)
         status = "disk"
         tmp = None
