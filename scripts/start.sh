@@ -26,6 +26,10 @@ fi
 
 bash "$ROOT/scripts/setup-env.sh" --notebook
 mkdir -p "$ROOT/notebooks"
+# scripts/jupyter/labconfig/page_config.json turns off JupyterLab's "receive official Jupyter news?" toast (the
+# announcements plugin, which also checks for updates): it covered the page on first start. The folder is added to
+# Jupyter's config search path for this server only; the user's own settings stay untouched.
+export JUPYTER_CONFIG_PATH="$ROOT/scripts/jupyter${JUPYTER_CONFIG_PATH:+:$JUPYTER_CONFIG_PATH}"
 extra=()
 if [ "$(id -u)" = 0 ]; then
     extra+=(--allow-root)

@@ -27,6 +27,7 @@ class OutputError:
     max_rel: float
     mismatched: int
     total: int
+    margin: float = 0.0  # max over elements of |out - ref| / (atol + rtol * |ref|): the check passes when <= 1
 
 
 @dataclass
@@ -50,6 +51,11 @@ class CheckResult:
     def max_rel(self) -> float:
         return max((o.max_rel for o in self.outputs), default=0.0)
 
+    @property
+    def margin(self) -> float:
+        """The worst element's error as a fraction of what the criterion allows it (<= 1 passes)."""
+        return max((o.margin for o in self.outputs), default=0.0)
+
 
 @dataclass
 class Timing:
@@ -59,6 +65,12 @@ class Timing:
     ref_ms: Any | None
     flops: float | None  # 2*M*N*K when the factory has M, N, K
     bytes: float  # all parameters, read or written once
+
+    @property
+    def spread(self) -> float | None:
+        """The kernel's p20-p80 spread as a fraction of its median (None when the timer gave no spread)."""
+        return relative_spread(self.kernel_ms, getattr(self.kernel_ms, "p20_ms", None),
+                               getattr(self.kernel_ms, "p80_ms", None))
 
     @property
     def speedup(self) -> float | None:
@@ -126,7 +138,50 @@ def compare(name: str, out: Any, ref: Any, rtol: float, atol: float) -> OutputEr
     max_rel = float((d[big] / r64.abs()[big]).max()) if bool(big.any()) else 0.0
     if math.isnan(max_abs) or bool(torch.isnan(d).any()):
         max_abs = math.nan
-    return OutputError(name, max_abs, max_rel, int(bad.sum()), d.numel())
+    return OutputError(name, max_abs, max_rel, int(bad.sum()), d.numel(), tolerance_margin(d, r64, rtol, atol))
+
+
+def tolerance_margin(d: Any, ref: Any, rtol: float, atol: float) -> float:
+    """``max(|out - ref| / (atol + rtol * |ref|))`` over the elements (float64 tensors ``d``, ``ref``): the fraction
+    of its allowance the worst element uses; <= 1 is a pass. NaN anywhere is ``nan``; an error where nothing is
+    allowed (atol = rtol = 0) is ``inf``."""
+    import torch
+
+    if d.numel() == 0:
+        return 0.0
+    if bool(torch.isnan(d).any()):
+        return math.nan
+    allowed = atol + rtol * ref.abs()
+    ratio = torch.where(allowed > 0, d / allowed.clamp_min(1e-300),
+                        torch.where(d > 0, torch.full_like(d, math.inf), torch.zeros_like(d)))
+    return float(ratio.max())
+
+
+def outputs_margin(outs: tuple[Any, ...], refs: tuple[Any, ...], rtol: float, atol: float) -> float:
+    """:func:`tolerance_margin` over several outputs (the worst)."""
+    import torch
+
+    worst = 0.0
+    for o, r in zip(outs, refs):
+        o64 = o.detach().to(torch.float64)
+        r64 = torch.as_tensor(r).detach().to(o64.device, torch.float64)
+        if tuple(o64.shape) != tuple(r64.shape):
+            continue
+        m = tolerance_margin((o64 - r64).abs(), r64, rtol, atol)
+        if m != m:  # NaN
+            return m
+        worst = max(worst, m)
+    return worst
+
+
+SPREAD_WARN = 0.25  # a p20-p80 spread over a quarter of the median: the timing is noisy (a busy machine)
+
+
+def relative_spread(median: Any, p20: Any, p80: Any) -> float | None:
+    """``(p80 - p20) / median``, None when any is missing or the median is not positive."""
+    if median is None or p20 is None or p80 is None or not float(median) > 0:
+        return None
+    return (float(p80) - float(p20)) / float(median)
 
 
 def check(kernel: Any, reference: Reference, rtol: float | None, atol: float | None) -> CheckResult:

@@ -115,6 +115,10 @@ def _cell_frame(exc: BaseException, cell: CellSource) -> Where | None:
         return None
     f = frames[-1]
     col = (f.colno + 1) if getattr(f, "colno", None) is not None else None
+    if col and isinstance(exc, AttributeError):  # T.ceildivv(...): the caret under the misspelt name
+        from tilelang_core.errors import SourceLocation
+
+        col = SourceLocation(cell.filename, f.lineno or 1, col).on_attribute(str(exc)).column
     return Where(cell.filename, f.lineno or 1, col, cell)
 
 
@@ -156,4 +160,40 @@ def check_error(message: str, kernel: str, hint: str | None = None, cause: Any =
     err = TileKernelCheckError(message, kernel=kernel, hint=hint,
                                headline=headline or f"{kernel}: the kernel does not match the reference")
     err.__cause__ = cause
+    return err
+
+
+def is_argument_error(exc: BaseException) -> bool:
+    """Whether a kernel call failed tilelang_core's argument check (wrong count, dtype, shape, device ...) rather
+    than inside the kernel."""
+    return isinstance(exc, (TypeError, ValueError)) and str(exc).startswith(("argument '", "kernel "))
+
+
+def argument_error(kernel: str, exc: BaseException, caller: Any, inputs: list[Any],
+                   outputs: list[Any]) -> BaseException:
+    """The same exception type and message, rendered in Jupyter as our message at the caller's line only: the
+    frames inside the workbench and the runtime say nothing the message does not (``err.__cause__`` keeps them)."""
+    err = type(exc)(f"{kernel}: {exc}")
+    err.__cause__ = exc
+    err.__suppress_context__ = True
+    file, line = caller.f_code.co_filename, caller.f_lineno
+    where = f"{file}, line {line}"
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if shell is not None and hasattr(shell, "compile") and hasattr(shell.compile, "format_code_name"):
+            named = shell.compile.format_code_name(file)  # ("Cell", "In[4]") for a notebook cell
+            if named:
+                where = f"{named[0]} {named[1]}, line {line}"
+    except Exception:  # noqa: BLE001 - naming the cell is a nicety
+        pass
+    text = linecache.getline(file, line).rstrip("\n")
+    signature = ", ".join(str(p) for p in inputs) + (" (and returns " + ", ".join(str(p) for p in outputs)
+                                                      + ", or writes them when passed too)" if outputs else "")
+    lines = [f"{_RED}{_BOLD}{type(exc).__name__}{_RESET}{_BOLD}: {kernel}: {exc}{_RESET}", where]
+    if text:
+        lines.append(f"{_RED}----> {line} {text.strip()}{_RESET}")
+    lines.append(f"hint: {kernel} takes {signature}")
+    err._render_traceback_ = lambda: list(lines)  # type: ignore[attr-defined]
     return err

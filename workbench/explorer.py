@@ -11,12 +11,27 @@ values (``64/64/32/2/128``); a configuration measured once is "cached" and shows
 
 from __future__ import annotations
 
+import statistics
 import threading
+from dataclasses import dataclass
 from typing import Any
 
-from .check import Reference
+from .check import Reference, outputs_margin
 from .errors import compile_error
 from .tunables import Tunable, full_label, short_label
+
+
+@dataclass(frozen=True)
+class KnownBest:
+    """The tuning database's best configuration: its newest measurement, the median it was ranked by, how many."""
+
+    measurement: Any
+    median_ms: float
+    count: int
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.measurement.config
 
 
 class Explorer:
@@ -36,6 +51,7 @@ class Explorer:
         self.kernel_name, _module, self.source_hash = kernel_identity(wk.program.function, wk.name)
         self.versions = library_versions()
         self.results: dict[str, Any] = {}  # short label -> Measurement (this session)
+        self.margins: dict[str, tuple[Any, float]] = {}  # short label -> (Measurement, its tolerance margin)
         self._lock = threading.Lock()
         self._problem: tuple[list[Any], tuple[Any, ...] | None] | None = None
         self.reference: Reference | None = None
@@ -123,6 +139,8 @@ class Explorer:
         opts = self.wk.options
         measure(kernel, m, inputs=ins, ref_outputs=ref_outs, rtol=opts.rtol, atol=opts.atol, bench=opts.bench,
                 phase=phase, should_stop=stale)
+        if ref_outs is not None and m.max_abs is not None and m.rtol is not None and m.atol is not None:
+            self._margin_of(kernel, m, ins, ref_outs)
         if self.ref_ms is None and self.reference is not None and opts.bench:
             if stale():
                 raise MeasurementCancelledError("timing the reference")
@@ -132,6 +150,24 @@ class Explorer:
         if stale():
             raise MeasurementCancelledError("timing")
         return self._keep(config, m)
+
+    def _margin_of(self, kernel: Any, m: Any, ins: list[Any], ref_outs: tuple[Any, ...]) -> None:
+        """How much of the criterion ``|a-b| <= atol + rtol*|b|`` the worst element uses (the error plot's y): one
+        more run of the kernel on the same inputs (``measure`` keeps only max abs / max rel errors)."""
+        from tilelang_core.autotune.measure import as_tuple
+
+        try:
+            outs = as_tuple(kernel(*ins))
+        except Exception:  # noqa: BLE001 - it ran once already; a failure here leaves the margin unknown
+            return
+        with self._lock:
+            self.margins[self.key(m.config)] = (m, outputs_margin(outs, ref_outs, float(m.rtol), float(m.atol)))
+
+    def margin(self, m: Any) -> float | None:
+        """The tolerance margin of a measurement taken in this session (None for other sessions' and unchecked)."""
+        with self._lock:
+            mine, value = self.margins.get(self.key(m.config), (None, None))
+        return value if mine is m else None
 
     def _inputs(self, kernel: Any) -> tuple[list[Any], tuple[Any, ...] | None]:
         """Seeded inputs and the reference's outputs on them (computed once: every configuration has the same
@@ -176,11 +212,21 @@ class Explorer:
                              source_hash=self.source_hash)
         return [m for m in rows if m.id not in mine]
 
-    def best_known(self) -> Any:
-        """The best configuration in the database for this kernel, shapes and target (any session)."""
+    def best_known(self) -> KnownBest | None:
+        """The best configuration in the database for this kernel *source* (a factory of the same name with other
+        code does not count), shapes and target on this device, any session: configurations are ranked by the
+        median of their measurements, and that median is what is shown (not one run's latency)."""
         if self.db is None:
             return None
-        return self.db.best(self.kernel_name, shapes=self.shapes, target=self.target_kind)
+        rows = [m for m in self.db.query(self.kernel_name, shapes=self.shapes, target=self.target_kind,
+                                         source_hash=self.source_hash) if m.ok]
+        by_config: dict[str, list[Any]] = {}
+        for m in rows:
+            by_config.setdefault(self.key(m.config), []).append(m)
+        if not by_config:
+            return None
+        runs = min(by_config.values(), key=lambda ms: statistics.median(m.latency_ms for m in ms))
+        return KnownBest(runs[-1], float(statistics.median(m.latency_ms for m in runs)), len(runs))
 
     @property
     def known_ceilings(self) -> Any:

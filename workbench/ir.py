@@ -8,7 +8,6 @@ and a kernel without a trace (loaded from an artifact) still shows what it has.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,11 +62,12 @@ def visible_stages(all_stages: list[StageInfo], show_unchanged: bool) -> list[St
 
 def diff(a: StageInfo, b: StageInfo, a_label: str | None = None, b_label: str | None = None,
          context: int = 3) -> str:
-    """Unified diff between two stages ('' when equal)."""
-    a_lines = a.text.splitlines(keepends=True)
-    b_lines = b.text.splitlines(keepends=True)
-    return "".join(difflib.unified_diff(a_lines, b_lines, fromfile=a_label or f"{a.index}:{a.name}",
-                                        tofile=b_label or f"{b.index}:{b.name}", n=context))
+    """Unified diff between two stages ('' when equal); every line ends with a newline, the last one too (without
+    it difflib glues the final ``-`` line and the ``+`` line after it into one)."""
+    from tilelang_core.trace import unified_diff
+
+    return unified_diff(a.text, b.text, a_label or f"{a.index}:{a.name}", b_label or f"{b.index}:{b.name}",
+                        context=context)
 
 
 def _command_text(command: Any) -> str:

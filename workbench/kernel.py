@@ -9,6 +9,7 @@ configuration, the compiled ``JITKernel`` and the check and benchmark results, a
 from __future__ import annotations
 
 import inspect
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,16 @@ class WorkbenchKernel:
         return self.build.kernel
 
     def __call__(self, *args: Any) -> Any:
-        return self.kernel(*args)
+        try:
+            return self.kernel(*args)
+        except (TypeError, ValueError) as e:
+            from .errors import argument_error, is_argument_error
+
+            if not is_argument_error(e):
+                raise
+            params = self.params
+            raise argument_error(self.name, e, sys._getframe(1), [params[i] for i in self.kernel.in_idx],
+                                 [params[i] for i in self.out_idx]) from e
 
     @property
     def config(self) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from .build import BuildCache, effective_out_idx, effective_target, jit_decorato
 from .check import Reference, ReferenceCheckError, benchmark, check
 from .errors import check_error, compile_error
 from .kernel import WorkbenchKernel
+from .status import criterion_text, margin_text
 
 
 def _injected() -> dict[str, Any]:
@@ -39,10 +40,11 @@ def _injected() -> dict[str, Any]:
 def _check_message(wk: WorkbenchKernel) -> str:
     c = wk.check
     assert c is not None
-    lines = [f"--ref {c.reference!r} (rtol {c.rtol:g}, atol {c.atol:g}):"]
+    lines = [f"--ref {c.reference!r} ({criterion_text(c.rtol, c.atol)}):"]
     for o in c.outputs:
         verdict = "ok" if o.mismatched == 0 else f"{o.mismatched} of {o.total} elements out of tolerance"
-        lines.append(f"  output {o.name}: max abs err {o.max_abs:.3e}, max rel err {o.max_rel:.3e} -> {verdict}")
+        lines.append(f"  output {o.name}: max abs err {o.max_abs:.3e}, max rel err {o.max_rel:.3e}, worst element "
+                     f"at {margin_text(o.margin)} of its allowance -> {verdict}")
     return "\n".join(lines)
 
 
@@ -112,7 +114,10 @@ class TileKernelMagics(Magics):
                     ...
                 return main
         """
-        args = parse_argstring(self.tilekernel, line)
+        try:
+            args = parse_argstring(self.tilekernel, line)
+        except UsageError as e:
+            raise UsageError(optmod.unrecognized_hint(str(e))) from None
         opts = optmod.parse(args)
         opts.line = line
         if not cell.strip():

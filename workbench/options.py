@@ -153,6 +153,7 @@ def factory_kwargs(function: Any, opts: Options) -> dict[str, Any]:
     if unknown:
         raise UsageError(f"--shapes: the factory {function.__name__}{sig} has no parameter(s) "
                          f"{', '.join(unknown)}")
+    _check_bare_words(function, sig, opts.shapes)
     try:
         sig.bind(**kwargs)
     except TypeError as e:
@@ -163,6 +164,39 @@ def factory_kwargs(function: Any, opts: Options) -> dict[str, Any]:
                              f"{function.__name__}{sig} has no default for them)") from None
         raise UsageError(f"--shapes: cannot call {function.__name__}{sig} with {kwargs}: {e}") from None
     return kwargs
+
+
+def _check_bare_words(function: Any, sig: inspect.Signature, shapes: dict[str, Any]) -> None:
+    """A bare word (``M=abc``: not a Python literal) is a string; refuse it where the factory expects a number.
+
+    Without this the string reaches the kernel's shapes and fails deep inside TVM. A bare word is fine for a
+    parameter whose default is a string, for ``dtype``-like parameters, and when it names a dtype (``float16``).
+    """
+    import tilelang_core.language as T
+
+    for key, value in shapes.items():
+        if not isinstance(value, str) or "dtype" in key.lower() or value in T.SUPPORTED_DTYPES \
+                or isinstance(getattr(T, value, None), str):  # T.float16, T.half ...: dtype objects are strings
+            continue
+        param = sig.parameters.get(key)
+        default = param.default if param is not None else inspect.Parameter.empty
+        if isinstance(default, str):
+            continue
+        expected = (f"a {type(default).__name__} like its default {default!r}" if default is not None
+                    and default is not inspect.Parameter.empty else "a number (e.g. 512)")
+        raise UsageError(f"--shapes: {key}={value}: expected {expected} for the factory "
+                         f"{function.__name__}{sig}, got the bare word {value!r}; quote it ({key}='{value}') "
+                         "to pass a string")
+
+
+def unrecognized_hint(message: str) -> str:
+    """argparse's "unrecognized arguments: N=128 K=64" after ``--shapes M=256 N=128``: say that commas separate
+    the pairs (a space ends the option's value)."""
+    extra = message.split("unrecognized arguments:", 1)[-1].split()
+    if extra and all("=" in t and t.split("=", 1)[0].isidentifier() for t in extra):
+        return (f"{message.strip()}\nhint: NAME=VALUE pairs are separated by commas, not spaces: "
+                f"--shapes ...,{','.join(extra)} (or quote the whole list: --shapes \"M=256 N=128\")")
+    return message
 
 
 def default_tolerance(dtypes: list[str]) -> float:

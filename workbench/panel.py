@@ -29,6 +29,7 @@ import ipywidgets as W
 from .explorer import Explorer
 from .jobs import DEBOUNCE_S, LatestOnly
 from .plots import TuningPlots
+from .status import margin_text, spread_warning
 from .tunables import Tunable, full_label, parse_tune, tunables
 
 _OK, _BAD, _DIM = "#070", "#b00", "#555"
@@ -38,7 +39,7 @@ SWEEP_AROUND = 1  # the default sweep grid: each tile size's current value and i
 def make_control(knob: Tunable) -> W.Widget:
     """An ``IntSlider`` for a contiguous integer range, else a ``SelectionSlider``; never continuous."""
     style = {"description_width": "90px"}
-    layout = W.Layout(width="330px")
+    layout = W.Layout(width="100%", min_width="300px", max_width="360px")
     if knob.contiguous:
         w: W.Widget = W.IntSlider(value=knob.value, min=knob.values[0], max=knob.values[-1], step=1,
                                   description=knob.name, continuous_update=False, style=style, layout=layout)
@@ -55,8 +56,9 @@ def _span(text: str, color: str | None = None, bold: bool = False) -> str:
     return f'<span style="{style}">{html.escape(text)}</span>'
 
 
-def result_text(m: Any, names: list[str]) -> tuple[str, str]:
-    """One measurement as the status line says it: (text, color)."""
+def result_text(m: Any, names: list[str], margin: float | None = None) -> tuple[str, str]:
+    """One measurement as the status line says it: (text, color); ``margin``: the worst element's share of the
+    tolerance criterion, when known; a noisy timing (large p20-p80 spread) is flagged."""
     label = full_label(m.config, names)
     if m.status == "compile_error":
         return f"{label}: does not compile", _BAD
@@ -67,8 +69,22 @@ def result_text(m: Any, names: list[str]) -> tuple[str, str]:
         rate = m.rate()
         parts.append(f"{m.latency_ms:.3f} ms" + (f" ({rate:.1f} {m.unit})" if rate else ""))
     if m.max_rel is not None:
-        parts.append(f"max rel err {m.max_rel:.1e} " + ("PASS" if m.passed else "FAIL"))
+        parts.append(f"max rel err {m.max_rel:.1e}" + (f", worst element at {margin_text(margin)} of "
+                                                       "|a-b| \u2264 atol + rtol\u00b7|b|" if margin is not None
+                                                       else "") + (" PASS" if m.passed else " FAIL"))
+    noisy = spread_warning(m.latency_ms, m.p20_ms, m.p80_ms)
+    if noisy:
+        parts.append("\u26a0 " + noisy)
     return " ".join(parts), (_OK if m.ok else _BAD)
+
+
+def known_text(known: Any, names: list[str]) -> str:
+    """The tuning database's best as ranked: the median over its measurements (and how many there were)."""
+    m = known.measurement
+    rate = m.rate(known.median_ms)
+    runs = "one measurement" if known.count == 1 else f"median of {known.count} measurements"
+    return (f"{full_label(m.config, names)}: {known.median_ms:.3f} ms" + (f" ({rate:.1f} {m.unit})" if rate else "")
+            + f", {runs}")
 
 
 class TuningPanel:
@@ -110,9 +126,12 @@ class TuningPanel:
         self.use_best = W.Button(description="Use best", icon="star", tooltip="move the sliders to the best "
                                  "configuration measured in this session", layout=W.Layout(width="110px"))
         self.use_best.on_click(lambda _b: self.apply(self.explorer.best().config if self.explorer.best() else {}))
-        self.sweep_spec = W.Text(value=self.default_sweep(), description="grid", continuous_update=False,
+        self._sweep_default = self.default_sweep()  # what the grid box was last filled with (not typed)
+        self.sweep_spec = W.Text(value=self._sweep_default, description="grid", continuous_update=False,
                                  placeholder="block_M=32,64,128 num_stages=1:3",
-                                 layout=W.Layout(width="460px"), style={"description_width": "40px"})
+                                 layout=W.Layout(flex="1 1 560px", min_width="420px", max_width="760px"),
+                                 style={"description_width": "40px"})
+        self.sweep_spec.add_class("wb-sweep-grid")
         self.sweep_button = W.Button(description="Sweep", icon="play", button_style="primary",
                                      tooltip="measure every configuration of the grid in the background")
         self.sweep_button.add_class("wb-sweep")
@@ -140,9 +159,14 @@ class TuningPanel:
         figs = W.VBox([W.HBox([self.plots.throughput, self.plots.error]),
                        W.HBox([self.plots.roofline,
                                W.VBox([self.best, self.use_best], layout=W.Layout(width="460px"))])])
-        sweep = W.HBox([self.sweep_spec, self.sweep_button, self.stop_button, self.progress, self.sweep_status])
+        sweep = W.HBox([self.sweep_spec, self.sweep_button, self.stop_button, self.progress, self.sweep_status],
+                       layout=W.Layout(flex_flow="row wrap", align_items="center"))
+        # as many 300-360 px columns as fit: at 1400 px with the file browser open, a fixed 3 x 340 px grid pushed
+        # the third column's readout out of the cell (clipped)
         knobs = W.GridBox(list(self.controls.values()),
-                          layout=W.Layout(grid_template_columns="repeat(3, 340px)", grid_gap="2px 8px"))
+                          layout=W.Layout(grid_template_columns="repeat(auto-fill, minmax(300px, 360px))",
+                                          grid_gap="2px 8px", width="100%"))
+        knobs.add_class("wb-knobs")
         box = W.VBox([head, knobs, self.status, self.error, sweep, figs])
         box.add_class("wb-panel")
         return box
@@ -162,6 +186,7 @@ class TuningPanel:
 
     def request(self, config: dict[str, Any]) -> None:
         """Show ``config``'s measurement: at once when cached, else after a debounced background job."""
+        self._refresh_sweep_default()
         m = self.explorer.cached(config)
         if m is not None:
             self.runner.supersede()
@@ -212,7 +237,7 @@ class TuningPanel:
                 f'overflow:auto;">{html.escape(text)}</pre>')
 
     def _show(self, m: Any, cached: bool) -> None:
-        text, color = result_text(m, self.names)
+        text, color = result_text(m, self.names, self.explorer.margin(m))
         with self._draw_lock:
             self._set_status(("cached " if cached else "") + text, color)
             self.error.value = self._error_html(m.message) if m.message and m.status != "ok" else ""
@@ -226,16 +251,18 @@ class TuningPanel:
         rtol = next((m.rtol for m in session if m.rtol is not None), None)
         with self._draw_lock:
             self.plots.update(session, self._history, ex.cached(self.config()), ex.best(), ex.ref_ms, rtol,
-                              ex.known_ceilings)
+                              ex.known_ceilings, margin=ex.margin)
             b = ex.best()
             known = ex.best_known()
             lines = []
             if b is not None:
-                lines.append("best this session: " + _span(result_text(b, self.names)[0], _OK, bold=True))
+                lines.append("best this session: " + _span(result_text(b, self.names, ex.margin(b))[0], _OK,
+                                                           bold=True))
             key = self.explorer.key
-            if known is not None and (b is None or (known.latency_ms < b.latency_ms
+            if known is not None and (b is None or (known.median_ms < b.latency_ms
                                                     and key(known.config) != key(b.config))):
-                lines.append("best known (tuning database): " + _span(result_text(known, self.names)[0]))
+                lines.append("best known (tuning database, this kernel source): "
+                             + _span(known_text(known, self.names)))
             self.best.value = '<div style="font-family:monospace;font-size:12px;">' + "<br>".join(lines) + "</div>"
 
     def _load_ceilings(self) -> None:
@@ -243,14 +270,24 @@ class TuningPanel:
         self._draw()
 
     # -- sweeps ----------------------------------------------------------------------------------------------
+    def _refresh_sweep_default(self) -> None:
+        """Re-centre the grid box on the sliders' new values, unless the user typed their own grid."""
+        new = self.default_sweep()
+        if self.sweep_spec.value == self._sweep_default and new != self._sweep_default:
+            self.sweep_spec.value = new
+        if self.sweep_spec.value == new:
+            self._sweep_default = new
+
     def default_sweep(self) -> str:
-        """Each tile size's current value and its neighbours (up to 3^n configurations)."""
+        """Each tile size's current (slider) value and its neighbours (up to 3^n configurations)."""
         from tilelang_core.autotune.space import is_block_param
 
+        controls = getattr(self, "controls", {})
         parts = []
         for k in self.knobs:
             if is_block_param(k.name):
-                i = k.values.index(k.value)
+                value = controls[k.name].value if k.name in controls else k.value
+                i = k.values.index(value) if value in k.values else k.values.index(k.value)
                 around = k.values[max(0, i - SWEEP_AROUND): i + SWEEP_AROUND + 1]
                 parts.append(f"{k.name}={','.join(str(v) for v in around)}")
         return " ".join(parts)

@@ -43,11 +43,33 @@ def hover(m: Any, names: list[str] | None = None) -> str:
 
 
 def _layout(title: str, xtitle: str, ytitle: str, **extra: Any) -> dict[str, Any]:
-    return dict(title=dict(text=title, font=dict(size=13)), height=HEIGHT, width=WIDTH, autosize=False,
-                margin=dict(l=55, r=10, t=35, b=100),
-                xaxis=dict(title=dict(text=xtitle, font=dict(size=11))), yaxis=dict(title=ytitle),
-                hovermode="closest", showlegend=True, legend=dict(orientation="h", y=-0.42, font=dict(size=10)),
-                template="plotly_white", **extra)
+    # the legend sits in its own strip above the plot area, under the title: below the plot it collided with the
+    # x axis title whenever the (rotated) configuration labels grew
+    layout = dict(title=dict(text=title, font=dict(size=13), y=0.98, yanchor="top"), height=HEIGHT, width=WIDTH,
+                  autosize=False, margin=dict(l=55, r=10, t=62, b=90),
+                  xaxis=dict(title=dict(text=xtitle, font=dict(size=11)), automargin=True),
+                  yaxis=dict(title=ytitle, automargin=True),
+                  hovermode="closest", showlegend=True,
+                  legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom", font=dict(size=10)),
+                  template="plotly_white")
+    layout.update(extra)
+    return layout
+
+
+def log_range(values: Iterable[float], pad: float = 0.3) -> list[float] | None:
+    """A log axis range (log10 units) covering ``values`` and at least one power of ten (so ``dtick=1`` always
+    labels one tick); None without positive values."""
+    logs = [math.log10(v) for v in values if v is not None and v > 0 and math.isfinite(v)]
+    if not logs:
+        return None
+    lo, hi = min(logs), max(logs)
+    lo, hi = min(lo, math.floor(hi)), max(hi, math.ceil(lo))
+    return [lo - pad, hi + pad]
+
+
+# log axes label powers of ten only: plotly's default labels minor ticks "2" and "5" in every decade, which repeat
+# along a roofline's axes (0.01 ... 1000) and read as garbage
+LOG_AXIS = dict(type="log", dtick=1, exponentformat="power", minor=dict(ticks="inside", showgrid=False))
 
 
 def _points(ms: Iterable[Any], names: list[str], y: Any) -> dict[str, list[Any]]:
@@ -67,6 +89,22 @@ def _error(m: Any) -> float | None:
     if m.max_rel is None:
         return None
     return ERROR_FLOOR if m.max_rel == 0 else (1.0 if math.isnan(m.max_rel) else m.max_rel)
+
+
+MARGIN_CAP = 1e6  # an infinite or NaN margin is drawn at the top of the axis
+
+
+def _margin_of(margin: Any) -> Any:
+    """y of the error plot: the worst element's share of ``atol + rtol*|b|`` (<= 1 passes), where known."""
+    def y(m: Any) -> float | None:
+        value = margin(m) if margin is not None else None
+        if value is None:
+            return None
+        if math.isnan(value) or math.isinf(value):
+            return MARGIN_CAP
+        return max(value, ERROR_FLOOR)
+
+    return y
 
 
 class TuningPlots:
@@ -93,8 +131,9 @@ class TuningPlots:
                   scatter("this session", mode="markers", marker=dict(color=_BLUE, size=9)),
                   scatter("current", mode="markers", marker=dict(symbol="circle-open", color="black", size=18,
                                                                  line=dict(width=2)))],
-            layout=_layout("max relative error vs reference", cfg, "max rel err", xaxis_type="category",
-                           yaxis_type="log"))
+            layout=_layout("error / allowance (|a-b| \u2264 atol + rtol\u00b7|b|)", cfg,
+                           "worst |a-b| / (atol + rtol\u00b7|b|)", xaxis_type="category",
+                           yaxis=dict(title="worst |a-b| / (atol+rtol\u00b7|b|)", automargin=True, **LOG_AXIS)))
         roof_x = "arithmetic intensity (FLOP/byte)" if unit == "GFLOP/s" else cfg
         self.roofline = go.FigureWidget(
             data=[go.Scatter(x=[], y=[], name="ceilings", mode="lines", hoverinfo="text",
@@ -105,14 +144,18 @@ class TuningPlots:
                   scatter("current", mode="markers", marker=dict(symbol="circle-open", color="black", size=18,
                                                                  line=dict(width=2)))],
             layout=_layout("roofline" if unit == "GFLOP/s" else "bandwidth vs ceiling", roof_x, unit,
-                           **({"xaxis_type": "log", "yaxis_type": "log"} if unit == "GFLOP/s"
+                           **({"xaxis": dict(title=dict(text=roof_x, font=dict(size=11)), automargin=True,
+                                             **LOG_AXIS),
+                               "yaxis": dict(title=unit, automargin=True, **LOG_AXIS)} if unit == "GFLOP/s"
                               else {"xaxis_type": "category"})))
         self.figures = [self.throughput, self.error, self.roofline]
 
     # -- drawing ---------------------------------------------------------------------------------------------
     def update(self, session: list[Any], history: list[Any], current: Any, best: Any, ref_ms: float | None,
-               rtol: float | None, ceilings: Any) -> None:
-        """Redraw every figure (each in one ``batch_update``)."""
+               rtol: float | None, ceilings: Any, margin: Any = None) -> None:
+        """Redraw every figure (each in one ``batch_update``). ``margin(m)``: a measurement's worst element's share
+        of its tolerance (None where unknown, e.g. earlier sessions'); the error plot draws it against 1, the
+        line the criterion ``|a-b| <= atol + rtol*|b|`` actually draws."""
         names = self.names
         rate = _rate_of(self.unit)
         hist = _points(history, names, rate)
@@ -127,10 +170,12 @@ class TuningPlots:
             _hline(self.throughput, ref_rate, f"reference {ref_rate:.1f} {self.unit}" if ref_rate else "", _GREEN)
         with self.error.batch_update():
             d = self.error.data
-            _set(d[0], _points(history, names, _error))
-            _set(d[1], _points(session, names, _error), colors=True)
-            _set(d[2], _points([current] if current is not None else [], names, _error))
-            _hline(self.error, rtol or None, f"tolerance (rtol {rtol:g})" if rtol else "", _RED, log=True)
+            y = _margin_of(margin)
+            _set(d[0], _points(history, names, y))
+            _set(d[1], _points(session, names, y), colors=True)
+            _set(d[2], _points([current] if current is not None else [], names, y))
+            _hline(self.error, 1.0, "limit: pass \u2264 1", _RED, log=True)
+            self.error.layout.yaxis.range = log_range([v for t in d for v in (t.y or ())] + [1.0])
         self._roofline(session, current, best, ceilings)
 
     def _roofline(self, session: list[Any], current: Any, best: Any, ceilings: Any) -> None:
@@ -156,6 +201,8 @@ class TuningPlots:
                     label = (f"{html.escape(ceilings.device)}<br>peak {ceilings.peak_gflops:.0f} GFLOP/s, "
                              f"bandwidth {ceilings.bandwidth_gbs:.1f} GB/s")
                     d[0].hovertext = [label] * len(xs)
+                self.roofline.layout.xaxis.range = log_range([v for t in d for v in (t.x or ())])
+                self.roofline.layout.yaxis.range = log_range([v for t in d for v in (t.y or ())])
             else:
                 gbs = _points(session, names, lambda m: m.bytes / (m.latency_ms * 1e-3) / 1e9
                               if m.latency_ms and m.bytes else None)

@@ -54,7 +54,7 @@ def check_part(wk: Any) -> Part:
         return Part("not checked (no --ref)")
     verdict = "PASS" if c.passed else "FAIL"
     text = (f"max abs err {c.max_abs:.2e}, max rel err {c.max_rel:.2e} vs {c.reference}: {verdict} "
-            f"(rtol {c.rtol:g}, atol {c.atol:g})")
+            f"({criterion_text(c.rtol, c.atol, c.margin)})")
     if not c.passed:
         bad = sum(o.mismatched for o in c.outputs)
         total = sum(o.total for o in c.outputs)
@@ -62,15 +62,48 @@ def check_part(wk: Any) -> Part:
     return Part(text, OK if c.passed else BAD)
 
 
+def criterion_text(rtol: float, atol: float, margin: float | None = None) -> str:
+    """The check actually applied, element by element, and how much of it the worst element uses: a max abs error
+    above atol can pass, since ``rtol * |b|`` adds to each element's allowance."""
+    text = f"|a-b| \u2264 atol + rtol\u00b7|b|, rtol {rtol:g}, atol {atol:g}"
+    if margin is not None:
+        text += f"; worst element at {margin_text(margin)} of its allowance"
+    return text
+
+
+def margin_text(margin: float) -> str:
+    if margin != margin:  # NaN
+        return "nan"
+    return "inf" if margin == float("inf") else f"{margin:.2f}x"
+
+
+def spread_warning(median: Any, p20: Any, p80: Any) -> str | None:
+    """A warning when the runs' p20-p80 spread is large against the median (the machine was busy), else None."""
+    from .check import SPREAD_WARN, relative_spread
+
+    spread = relative_spread(median, p20, p80)
+    if spread is None or spread <= SPREAD_WARN:
+        return None
+    return (f"noisy timing: p20-p80 spread {spread:.0%} of the median (p20 {_ms(p20)}, p80 {_ms(p80)}); the "
+            "machine may be busy, time again")
+
+
 def timing_parts(wk: Any) -> list[Part]:
     t = wk.timing
     if getattr(wk, "not_run", None):
         return []
     if t is None:
-        return [Part("not timed (--no-bench)")]
+        if wk.check is not None and not wk.check.passed:
+            return [Part("not timed (the check failed)")]
+        if not getattr(getattr(wk, "options", None), "bench", True):
+            return [Part("not timed (--no-bench)")]
+        return [Part("not timed")]
     parts = []
     rate = t.rate(float(t.kernel_ms))
     parts.append(Part(f"kernel {_ms(t.kernel_ms)}" + (f" ({rate[0]:.1f} {rate[1]})" if rate else "")))
+    noisy = spread_warning(t.kernel_ms, getattr(t.kernel_ms, "p20_ms", None), getattr(t.kernel_ms, "p80_ms", None))
+    if noisy:
+        parts.append(Part(noisy, BAD))
     if t.ref_ms is not None:
         rrate = t.rate(float(t.ref_ms))
         parts.append(Part(f"reference {_ms(t.ref_ms)}" + (f" ({rrate[0]:.1f} {rrate[1]})" if rrate else "")))
