@@ -56,7 +56,7 @@ def wk(ip):
 
 def test_header_and_source(wk):
     view = SummaryView(wk)
-    assert view.tabs.titles == ("Source", "IR", "Code", "Compare")
+    assert view.tabs.titles == ("Source", "IR", "Code", "Compare", "SASS by line", "Diff")
     assert "PASS" in view.header.value and "vmm" in view.header.value
     assert "T.gemm(A_s, B_s, C_f)" in plain(view.source.pane.value) and "block_M=64" in view.source.config.value
     assert 'class="' not in view.source.pane.value  # inline styles (noclasses=True): no stylesheet needed

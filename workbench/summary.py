@@ -13,11 +13,14 @@ from typing import Any
 import ipywidgets as W
 
 from .compare import CompareView
+from .config_diff import ConfigDiffView
+from .profile_view import ProfileView
+from .sass_view import MachineCodeView
 from .status import BAD, OK, status_parts
 from .text_views import kernel_facts
 from .views import CodeView, IRView, Panel, SourceView
 
-TAB_TITLES = ("Source", "IR", "Code", "Compare")
+TAB_TITLES = ("Source", "IR", "Code", "Compare", "SASS by line", "Diff")
 _TONES = {OK: "#070", BAD: "#b00"}
 
 
@@ -50,11 +53,19 @@ class SummaryView:
         self.ir = IRView(wk.kernel)
         self.code = CodeView(wk.kernel)
         self.compare = CompareView(wk)
-        self.panels: list[Panel] = [self.source, self.ir, self.code, self.compare]
+        self.machine_code = MachineCodeView(wk)  # SASS / PTX by source line (CUDA)
+        self.config_diff = ConfigDiffView(wk)  # two configurations at any stage
+        self.panels: list[Panel] = [self.source, self.ir, self.code, self.compare, self.machine_code,
+                                    self.config_diff]
         self.tabs = W.Tab(children=[p.widget for p in self.panels], titles=TAB_TITLES)
         self.tabs.observe(self._tab_changed, names="selected_index")
-        self.widget = W.VBox([self.header, W.HBox([self.export_path, self.export_button, self.export_status]),
-                              self.tabs])
+        self.report_button = W.Button(description="Report", icon="file-text",
+                                      tooltip="write the tuning session (configurations, timings, plots, the best "
+                                              "kernel) as one self-contained HTML file next to the export path")
+        self.report_button.on_click(lambda _b: self.report())
+        self.profile = ProfileView(wk)
+        self.widget = W.VBox([self.header, W.HBox([self.export_path, self.export_button, self.report_button,
+                                                   self.export_status]), self.profile.widget, self.tabs])
 
     def _tab_changed(self, change: Any) -> None:
         index = change["new"]
@@ -78,6 +89,23 @@ class SummaryView:
         size = path.stat().st_size / 1024
         self.export_status.value = (f'<span style="color:#070;">wrote {html.escape(str(path))} ({size:.0f} KiB); '
                                     f"import it and call .kernel(...)</span>")
+        return path
+
+    def report(self) -> Any:
+        """Write the session report (:func:`workbench.report.export_report`) beside the export path
+        (``NAME.report.html``); the result (or the error) shows next to the buttons."""
+        from pathlib import Path
+
+        from .report import export_report
+
+        target = Path(self.export_path.value).with_suffix(".report.html")
+        try:
+            path = export_report(self.wk, target)
+        except Exception as e:  # noqa: BLE001 - report, do not break the widget
+            self.export_status.value = f'<span style="color:#b00;">{html.escape(f"{type(e).__name__}: {e}")}</span>'
+            return None
+        self.export_status.value = (f'<span style="color:#070;">wrote {html.escape(str(path))} '
+                                    f"({path.stat().st_size / 1024:.0f} KiB): open it in any browser</span>")
         return path
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:

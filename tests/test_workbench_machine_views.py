@@ -1,0 +1,236 @@
+"""The workbench's machine-level views, driven as a user drives them (``.value``, clicks): resources in the summary
+and the panel, SASS/PTX by source line, a diff of two configurations at any stage, the Profile button where ncu is
+missing, and the HTML session report (parsed, and opened in the real browser where Chromium is installed).
+
+CUDA kernels are compiled here without a GPU (NVRTC or nvcc); the CPU kernel's panel measures for real.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from html.parser import HTMLParser
+
+import pytest
+
+pytest.importorskip("ipywidgets", reason="the workbench needs the notebook extras: pip install -e '.[notebook]'")
+pytest.importorskip("plotly", reason="the workbench needs the notebook extras: pip install -e '.[notebook]'")
+
+from tilelang_core import ncu  # noqa: E402
+from tilelang_core.autotune import TuningDB  # noqa: E402
+from tilelang_core.backend.cuda import find_nvcc  # noqa: E402
+from tilelang_core.backend.cuda.nvcc import nvrtc_available  # noqa: E402
+from tilelang_core.backend.cuda.resources import find_cuda_tool  # noqa: E402
+from workbench.config_diff import config_diff  # noqa: E402
+from workbench.panel import TuningPanel  # noqa: E402
+from workbench.profile_view import ProfileView  # noqa: E402
+from workbench.report import export_report  # noqa: E402
+from workbench.resources import table_html  # noqa: E402
+from workbench.summary import SummaryView  # noqa: E402
+from workbench.text_views import summary_text  # noqa: E402
+
+needs_cuda = pytest.mark.skipif(find_nvcc() is None and not nvrtc_available(), reason="no nvcc or NVRTC here")
+
+FACTORY = '''\
+def mm(M, N, K, block_M=64, block_N=64, block_K=32, dtype="float16", accum_dtype="float32"):
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_s = T.alloc_shared((block_M, block_K), dtype)
+            B_s = T.alloc_shared((block_K, block_N), dtype)
+            C_f = T.alloc_fragment((block_M, block_N), accum_dtype)
+            T.clear(C_f)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+                T.copy(A[by * block_M, k * block_K], A_s)
+                T.copy(B[k * block_K, bx * block_N], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C[by * block_M, bx * block_N])
+    return main
+'''
+GEMM_CELL_LINE = 13  # the %%tilekernel line is cell line 1, the factory's def line 2, T.gemm line 13
+
+
+def plain(text: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", text)).replace("\xa0", " ")
+
+
+@pytest.fixture(scope="module")
+def ip():
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    shell.run_line_magic("load_ext", "workbench")
+    return shell
+
+
+@pytest.fixture(scope="module")
+def cuda_wk(ip):
+    if find_nvcc() is None and not nvrtc_available():
+        pytest.skip("no nvcc or NVRTC here")
+    ip.run_cell_magic("tilekernel", "mmc --shapes M=256,N=256,K=256 --target cuda -q",
+                      FACTORY.replace("def mm(", "def mmc("))
+    return ip.user_ns["mmc"]
+
+
+@pytest.fixture(scope="module")
+def cpu_wk(ip):
+    ip.run_cell_magic("tilekernel", 'mmx --shapes M=128,N=128,K=64 --dtype float32 --target cpu '
+                      '--ref "(A @ B)" -q', FACTORY.replace("def mm(", "def mmx("))
+    return ip.user_ns["mmx"]
+
+
+# -- resources ---------------------------------------------------------------------------------------------------
+def test_the_summary_of_a_cuda_kernel_shows_its_resources(cuda_wk, cpu_wk):
+    r = cuda_wk.kernel.resources()
+    text = summary_text(cuda_wk)
+    assert f"resources: {r.registers} regs" in text and "occupancy" in text
+    head = plain(SummaryView(cuda_wk).header.value)
+    assert f"{r.registers} regs" in head and f"limited by {r.occupancy.limiter}" in head
+    assert "resources:" not in summary_text(cpu_wk)
+
+
+def test_the_panel_records_resources_and_tables_them_per_configuration(cuda_wk, tmp_path):
+    db = TuningDB(tmp_path / "t.sqlite3")
+    from tilelang_core.autotune import Measurement
+    from tilelang_core.autotune.measure import describe_problem
+
+    ms = []
+    for bn in (64, 128):  # what the panel records per configuration (describe_problem fills resources)
+        m = Measurement(kernel="mmc", config={**cuda_wk.config, "block_N": bn})
+        describe_problem(m, cuda_wk.build_config(block_N=bn).kernel)
+        db.record(m)
+        ms.append(m)
+    assert ms[0].resources["registers"] != ms[1].resources["registers"]
+    back = db.query("mmc", device=None)
+    table = table_html(back, ["block_M", "block_N"])
+    rows = re.findall(r"<tr class='wb-res-row'", table)
+    assert len(rows) == 2
+    for m in ms:
+        assert f">{m.resources['registers']}<" in table
+    assert table_html([], ["block_M"]) == ""
+
+
+# -- SASS / PTX by line ------------------------------------------------------------------------------------------
+@needs_cuda
+@pytest.mark.skipif(find_cuda_tool("nvdisasm") is None, reason="no nvdisasm (pip install nvidia-cuda-nvdisasm)")
+def test_picking_the_gemm_line_highlights_its_hgmma_instructions(cuda_wk):
+    view = SummaryView(cuda_wk).select("SASS by line")
+    numbers = [v for _, v in view.lines.options]
+    assert GEMM_CELL_LINE in numbers and GEMM_CELL_LINE - 2 in numbers  # T.gemm and the first T.copy
+    view.lines.value = GEMM_CELL_LINE  # a click on the line
+    hl = [plain(x) for x in re.findall(r'<span class="wb-hl"[^>]*>(.*?)</span>', view.pane.value)]
+    assert hl and all(x.startswith(f"{GEMM_CELL_LINE:4d} |") for x in hl)
+    assert any("HGMMA" in x for x in hl)
+    row = view.selected()
+    assert row.op == "T.gemm" and row.mix["HGMMA"] > 0
+    assert "HGMMA" in plain(view.mix.value)
+    view.lines.value = GEMM_CELL_LINE - 2  # the T.copy of A: cp.async
+    assert view.selected().mix["LDGSTS"] > 0
+    assert not any("HGMMA" in plain(x) for x in re.findall(r'<span class="wb-hl"[^>]*>(.*?)</span>',
+                                                              view.pane.value))
+    view.kind.value = "ptx"
+    view.lines.value = GEMM_CELL_LINE
+    assert any("wgmma" in plain(x) for x in re.findall(r'<span class="wb-hl"[^>]*>(.*?)</span>', view.pane.value))
+
+
+def test_the_sass_view_of_a_cpu_kernel_says_it_is_for_cuda(cpu_wk):
+    view = SummaryView(cpu_wk).select("SASS by line")
+    assert "are for CUDA kernels" in plain(view.note.value) and view.lines.options == ()
+
+
+# -- diff of two configurations ----------------------------------------------------------------------------------
+@needs_cuda
+def test_diffing_two_configurations_shows_each_stage_side_by_side(cuda_wk):
+    view = SummaryView(cuda_wk).select("Diff")
+    assert {"cuda", "ptx", "resources", "timings"} <= set(view.stage.options)
+    assert any(s.startswith("ir:") for s in view.stage.options)
+    other = view.add({"block_N": 128})
+    view.right.value = other
+    view.stage.value = "cuda"
+    assert "diff_chg" in view.pane.value or "diff_add" in view.pane.value
+    assert "line(s) differ" in plain(view.status.value)
+    view.stage.value = "resources"
+    regs = (cuda_wk.kernel.resources().registers, cuda_wk.variant(block_N=128).kernel.resources().registers)
+    text = plain(view.pane.value)
+    assert f"registers: {regs[0]}" in text and f"registers: {regs[1]}" in text
+    view.stage.value = "timings"
+    assert "not timed" in plain(view.pane.value)
+    view.right.value = view.left.value
+    assert "identical" in plain(view.pane.value)
+    diff = config_diff(cuda_wk, {}, {"block_N": 128}, stage="resources")
+    minus = [ln for ln in diff.splitlines() if ln.startswith("-registers")]
+    plus = [ln for ln in diff.splitlines() if ln.startswith("+registers")]
+    assert minus == [f"-registers: {regs[0]}"] and plus == [f"+registers: {regs[1]}"]  # one line each, not joined
+    with pytest.raises(ValueError, match="stage: expected one of"):
+        config_diff(cuda_wk, {}, {"block_N": 128}, stage="nope")
+
+
+# -- profile -----------------------------------------------------------------------------------------------------
+@needs_cuda
+@pytest.mark.skipif(ncu.available()[0], reason="ncu and a GPU are here: tests/gpu/test_workbench_profile.py")
+def test_the_profile_button_says_why_it_cannot_profile_here(cuda_wk, cpu_wk):
+    view = ProfileView(cuda_wk)
+    assert view.button.disabled
+    assert "not available here" in plain(view.output.value)
+    assert view.profile().result(timeout=5) is None
+    with pytest.raises(ncu.NcuUnavailableError, match="ncu|GPU"):
+        ncu.profile(cuda_wk.kernel)
+    assert "profiles CUDA kernels" in plain(ProfileView(cpu_wk).output.value)
+    with pytest.raises(ValueError, match="ncu profiles CUDA kernels"):
+        ncu.profile(cpu_wk.kernel)
+
+
+# -- report ------------------------------------------------------------------------------------------------------
+class _Parsed(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts: list[dict[str, str | None]] = []
+        self.links: list[dict[str, str | None]] = []
+        self.rows = 0
+        self.best_rows = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "script":
+            self.scripts.append(a)
+        if tag in ("link", "img", "iframe"):
+            self.links.append(a)
+        if tag == "tr" and "wb-report-row" in (a.get("class") or ""):
+            self.rows += 1
+            self.best_rows += "best" in (a.get("class") or "").split()
+
+
+def test_the_session_report_is_one_self_contained_html_file(cpu_wk, tmp_path):
+    db = TuningDB(tmp_path / "t.sqlite3")
+    panel = TuningPanel(cpu_wk, {"block_M": [32, 64], "block_N": [64]}, db=db, debounce_s=0, start=False)
+    cpu_wk.last_panel = panel
+    assert panel.sweep("block_M=32,64").result(timeout=240) == 2
+    assert panel.wait(240)
+    ms = panel.explorer.measurements()
+    path = export_report(cpu_wk, tmp_path / "session")
+    assert path.name == "session.html"
+    text = path.read_text()
+    parsed = _Parsed()
+    parsed.feed(text)
+    assert parsed.rows == len(ms) == 2 and parsed.best_rows == 1
+    assert all(not s.get("src") for s in parsed.scripts) and not parsed.links  # nothing fetched from anywhere
+    assert "Plotly.newPlot" in text and len(text) > 1_000_000  # plotly's JS inlined
+    best = min((m for m in ms if m.ok), key=lambda m: m.latency_ms)
+    assert f"{best.latency_ms:.4f}" in text and "T.gemm(A_s, B_s, C_f)" in plain(text)
+    assert "LLVM IR" in text
+    with pytest.raises(ValueError, match="path must be a file name"):
+        export_report(cpu_wk, "")
+
+    from labdriver import browser_available, chromium_page
+
+    if browser_available() is not None:
+        return  # parsed above; the real-browser half needs chromium and playwright
+    errors: list[str] = []
+    with chromium_page() as page:
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(path.as_uri())
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+        assert page.locator(".js-plotly-plot").count() == 2
+        assert page.locator("tr.wb-report-row").count() == 2
+        assert page.locator("#wb-report-plot-0 .point").count() >= 2  # the throughput points are drawn
+    assert not errors
