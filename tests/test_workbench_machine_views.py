@@ -110,6 +110,28 @@ def test_the_panel_records_resources_and_tables_them_per_configuration(cuda_wk, 
     assert table_html([], ["block_M"]) == ""
 
 
+@needs_cuda
+def test_throughput_points_of_cuda_configurations_are_coloured_by_registers(cuda_wk):
+    from tilelang_core.autotune import Measurement
+    from tilelang_core.autotune.measure import describe_problem
+    from workbench.plots import TuningPlots
+    from workbench.resources import color_points
+
+    ms = []
+    for bn, ms_ in ((64, 0.020), (128, 0.030)):  # the latencies place the points; the colours are the subject
+        m = Measurement(kernel="mmc", config={**cuda_wk.config, "block_N": bn}, latency_ms=ms_, passed=True)
+        describe_problem(m, cuda_wk.build_config(block_N=bn).kernel)
+        ms.append(m)
+    plots = TuningPlots(["block_M", "block_N"], "GFLOP/s")
+    plots.update(ms, [], ms[0], ms[0], None, None, None)
+    trace = plots.throughput.data[1]
+    assert color_points(trace, ms)
+    assert list(trace.marker.color) == [m.resources["registers"] for m in ms]
+    assert trace.marker.showscale and trace.marker.colorbar.title.text == "regs/thread"
+    cpu_like = [Measurement(kernel="x", config={}, latency_ms=1.0, flops=1e9)]
+    assert not color_points(trace, cpu_like)  # no resources: the panel's own colours stay
+
+
 # -- SASS / PTX by line ------------------------------------------------------------------------------------------
 @needs_cuda
 @pytest.mark.skipif(find_cuda_tool("nvdisasm") is None, reason="no nvdisasm (pip install nvidia-cuda-nvdisasm)")

@@ -123,6 +123,8 @@ class TuningPanel:
         self.error = W.HTML()
         self.error.add_class("wb-error-text")
         self.best = W.HTML()
+        self.resources = W.HTML()  # CUDA: registers, spills, smem, occupancy per configuration (workbench.resources)
+        self.resources.add_class("wb-resources-table")
         self.use_best = W.Button(description="Use best", icon="star", tooltip="move the sliders to the best "
                                  "configuration measured in this session", layout=W.Layout(width="110px"))
         self.use_best.on_click(lambda _b: self.apply(self.explorer.best().config if self.explorer.best() else {}))
@@ -158,7 +160,8 @@ class TuningPanel:
                       f"reference: {ref}</div>")
         figs = W.VBox([W.HBox([self.plots.throughput, self.plots.error]),
                        W.HBox([self.plots.roofline,
-                               W.VBox([self.best, self.use_best], layout=W.Layout(width="460px"))])])
+                               W.VBox([self.best, self.use_best, self.resources],
+                                      layout=W.Layout(width="460px"))])])
         sweep = W.HBox([self.sweep_spec, self.sweep_button, self.stop_button, self.progress, self.sweep_status],
                        layout=W.Layout(flex_flow="row wrap", align_items="center"))
         # as many 300-360 px columns as fit: at 1400 px with the file browser open, a fixed 3 x 340 px grid pushed
@@ -264,6 +267,16 @@ class TuningPanel:
                 lines.append("best known (tuning database, this kernel source): "
                              + _span(known_text(known, self.names)))
             self.best.value = '<div style="font-family:monospace;font-size:12px;">' + "<br>".join(lines) + "</div>"
+            self._draw_resources(session, b)
+
+    def _draw_resources(self, session: list[Any], best: Any) -> None:
+        """CUDA: the resources column (a table per configuration) and the throughput points coloured by registers
+        per thread; a CPU kernel's measurements have none and nothing changes."""
+        from .resources import color_points, table_html
+
+        self.resources.value = table_html(session, self.names, best, self.explorer.cached(self.config()))
+        with self.plots.throughput.batch_update():
+            color_points(self.plots.throughput.data[1], session)
 
     def _load_ceilings(self) -> None:
         self.explorer.ceilings()
