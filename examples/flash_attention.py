@@ -10,6 +10,8 @@ held in a fragment. Exponentials are ``exp2`` with ``scale * log2(e)`` folded in
 * **Causal**: the loop stops at the last K/V tile a query row of the block can see
   (``T.ceildiv((bx + 1) * block_M, block_N)``, a bound that depends on the block index) and scores above the
   diagonal are set to ``-inf`` before the gemm accumulates into them.
+* **GQA / MQA** (``heads_kv`` < ``heads``): query head ``h`` reads K/V head ``h // (heads // heads_kv)``; ``heads_kv
+  = 1`` is multi-query attention. Only the K/V tensors' shape and the head index of their copies change.
 * **Ragged ``seq``** (not a multiple of the tiles): K/V rows past ``seq`` read as zeros, so their scores are
   masked to ``-inf`` (``exp2(-inf) = 0``); query rows past ``seq`` are computed on zeros and never stored.
 
@@ -31,15 +33,20 @@ LOG2E = math.log2(math.e)
 
 @tilelang.jit(out_idx=[3])
 def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=64, block_N=64, num_stages=1,
-                    threads=128, dtype="float32", accum_dtype="float32"):
+                    threads=128, dtype="float32", accum_dtype="float32", heads_kv=None):
     scale = (1.0 / dim) ** 0.5 * LOG2E  # softmax scale folded with log2(e): exp(x / sqrt(d)) = exp2(x * scale)
+    heads_kv = heads if heads_kv is None else heads_kv
+    if heads_kv < 1 or heads % heads_kv:
+        raise ValueError(f"flash_attention heads_kv: expected a divisor of heads={heads}, got {heads_kv}")
+    groups = heads // heads_kv  # query heads per K/V head
     shape = [batch, seq_len, heads, dim]
+    kv_shape = [batch, seq_len, heads_kv, dim]
     ragged = seq_len % block_N != 0  # a compile-time Python value: the masks below exist only when needed
 
     @T.macro
     def MMA0(K, Q_shared, K_shared, acc_s, k, bx, by, bz):  # noqa: N802, N803 (TileLang's names)
         """S = Q K^T for K/V tile k, accumulated onto 0, or onto -inf where the score is masked."""
-        T.copy(K[bz, k * block_N:(k + 1) * block_N, by, :], K_shared)
+        T.copy(K[bz, k * block_N:(k + 1) * block_N, by // groups, :], K_shared)
         if is_causal:
             for i, j in T.Parallel(block_M, block_N):
                 acc_s[i, j] = T.if_then_else((bx * block_M + i >= k * block_N + j) and (k * block_N + j < seq_len),
@@ -54,7 +61,7 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=64, blo
     @T.macro
     def MMA1(V, V_shared, acc_s_cast, acc_o, k, by, bz):  # noqa: N802, N803
         """O += P V, with P (the probabilities) the gemm's A operand straight from its fragment."""
-        T.copy(V[bz, k * block_N:(k + 1) * block_N, by, :], V_shared)
+        T.copy(V[bz, k * block_N:(k + 1) * block_N, by // groups, :], V_shared)
         T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
 
     @T.macro
@@ -78,7 +85,7 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=64, blo
             acc_o[i, j] *= scores_scale[i]
 
     @T.prim_func
-    def main(Q: T.Tensor(shape, dtype), K: T.Tensor(shape, dtype), V: T.Tensor(shape, dtype),
+    def main(Q: T.Tensor(shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype),
              Output: T.Tensor(shape, dtype)):
         with T.Kernel(T.ceildiv(seq_len, block_M), heads, batch, threads=threads) as (bx, by, bz):
             Q_shared = T.alloc_shared([block_M, dim], dtype)
@@ -118,7 +125,11 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=64, blo
 
 
 def reference(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, is_causal: bool = False) -> torch.Tensor:
-    """torch reference on ``[batch, seq, heads, dim]``: SDPA works on ``[batch, heads, seq, dim]``."""
+    """torch reference on ``[batch, seq, heads, dim]``: SDPA works on ``[batch, heads, seq, dim]``; K/V with fewer
+    heads (GQA) are repeated to the query heads."""
+    groups = Q.shape[2] // K.shape[2]
+    if groups > 1:
+        K, V = K.repeat_interleave(groups, dim=2), V.repeat_interleave(groups, dim=2)
     out = torch.nn.functional.scaled_dot_product_attention(
         Q.transpose(1, 2), K.transpose(1, 2), V.transpose(1, 2), is_causal=is_causal)
     return out.transpose(1, 2).contiguous()

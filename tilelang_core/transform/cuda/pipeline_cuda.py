@@ -151,6 +151,56 @@ def prefetch_distance(stages: int, wgmma_in_flight: bool) -> int:
     return stages - 2 if wgmma_in_flight else stages - 1
 
 
+def _loads_in(e: Any) -> list[Any]:
+    found: list[Any] = []
+
+    def ld(x: Any) -> Any:
+        found.append(x)
+        return x
+
+    tvm_ffi.structural_map(e, [(tvm.ir.TensorLoad, ld)])
+    return found
+
+
+def _inline_scalars(node: Any, values: dict[Any, Any]) -> Any:
+    """``node`` with every read of a scalar in ``values`` replaced by the expression it holds."""
+    if not values:
+        return node
+
+    def ld(x: Any) -> Any:
+        return values.get(x.source, x)
+
+    out = tvm_ffi.structural_map(node, [(tvm.ir.TensorLoad, ld)])
+    return with_span(out, node.span) if isinstance(node, tirx.Stmt) else out
+
+
+def _scalars_before(stmts: list[Any], end: int) -> dict[Any, Any]:
+    """Per-thread scalars (``name = expr`` in the body: a one-element local buffer stored once) that the first
+    ``end`` statements set from the loop variable and values the loop does not change, mapped to that
+    expression."""
+    values: dict[Any, Any] = {}
+    written: list[Any] = []
+
+    def st(y: Any) -> Any:
+        written.append(y.buffer)
+        return y
+
+    for y in stmts:
+        tvm_ffi.structural_map(y, [(tirx.BufferStore, st)])
+    for x in stmts[:end]:
+        if isinstance(x, tirx.Bind):
+            values[x.var] = substitute(x.value, {})
+        if not isinstance(x, tirx.BufferStore) or x.buffer.scope() not in ("local", "local.var"):
+            continue
+        if [const_int(d) for d in x.buffer.shape] != [1]:
+            continue
+        value = _inline_scalars(x.value, values)
+        stores = sum(1 for b in written if b.same_as(x.buffer))
+        if stores == 1 and not any(any(ld.source.same_as(b) for b in written) for ld in _loads_in(value)):
+            values[x.buffer] = value
+    return values
+
+
 def _gemms_in(stmts: list[Any]) -> list[Any]:
     found: list[Any] = []
 
@@ -239,7 +289,10 @@ class PipelineCUDA(Rewriter):
             shape = [stages, *[int(x) for x in d.shape]]
             remap[d] = tirx.decl_buffer(shape, str(d.dtype), d.name, scope=d.scope())
         self.remap.update(remap)
-        producers = [_mark_async(stmts[i]) for i in prod_idx]
+        # scalars the body computes before its loads (``kv0 = first + k * block_N``) are defined per iteration: a
+        # load issued for another iteration, or in the prologue, reads their values for that iteration instead
+        producers = [_mark_async(_inline_scalars(stmts[i], _scalars_before(stmts, max(prod_idx))))
+                     for i in prod_idx]
         consumers = [x for i, x in enumerate(stmts) if i not in prod_idx]
         k, n = s.loop_var, s.extent
         k0 = k - s.min if const_int(s.min) != 0 else k
