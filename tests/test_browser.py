@@ -1,7 +1,9 @@
 """The tuning panel in a real browser: JupyterLab + Debian's Chromium driven by Playwright.
 
 Runs ``notebooks/02_tuning.ipynb`` with "Run All Cells", moves the GEMM panel's ``block_M`` slider with the keyboard,
-and checks that the throughput plot gained a point and the status line changed. A screenshot of the panel goes to
+and checks that the throughput plot gained a point, the status line changed and the sweep grid followed; then reads
+the laid-out page at 1400 px: slider readouts inside the cell and not cut, the sweep grid's text visible, legends clear
+of the titles and axes, log axes without repeated labels. A screenshot of the panel goes to
 ``.artifacts/browser/`` (CI keeps it). Needs ``apt-get install chromium`` and ``pip install -e '.[browser]'``; skipped
 without them, except in CI (``CI`` set), where their absence is a failure.
 """
@@ -35,8 +37,46 @@ MARKERS = """() => {
 STATUS = "() => { const s = document.querySelector('.wb-panel .wb-status'); return s ? s.innerText.trim() : ''; }"
 
 
-def test_panel_slider_moved_with_the_keyboard_updates_the_plot(tmp_path):
+# Layout at the default 1400 px viewport, file browser open: every slider's readout inside the panel and not cut,
+# the sweep grid's text fully visible, each plot's legend clear of its titles, log axes without repeated labels.
+LAYOUT = """() => {
+  const panel = document.querySelector('.wb-panel');
+  const area = panel.closest('.jp-OutputArea-output') || panel.parentElement;
+  const box = area.getBoundingClientRect();
+  const readouts = [...panel.querySelectorAll('.wb-knob .widget-readout')].map(r => {
+    const b = r.getBoundingClientRect();
+    return {text: r.innerText.trim(), left: b.left, right: b.right, width: b.width,
+            cut: r.scrollWidth > r.clientWidth + 1};
+  });
+  const grid = panel.querySelector('.wb-sweep-grid input');
+  const overlaps = [];
+  const ticks = {};
+  for (const gd of panel.querySelectorAll('.js-plotly-plot')) {
+    const name = [...gd.classList].find(c => c.startsWith('wb-')) || '?';
+    const legend = gd.querySelector('.legend');
+    const l = legend ? legend.getBoundingClientRect() : null;
+    for (const sel of ['.g-xtitle', '.g-ytitle', '.g-gtitle', '.xaxislayer-above']) {
+      const t = gd.querySelector(sel);
+      if (!l || !t) continue;
+      const b = t.getBoundingClientRect();
+      if (b.width && l.width && l.left < b.right && b.left < l.right && l.top < b.bottom && b.top < l.bottom)
+        overlaps.push(name + ' legend over ' + sel);
+    }
+    if (name === 'wb-roofline') {
+      ticks.x = [...gd.querySelectorAll('.xaxislayer-above .xtick text')].map(t => t.textContent);
+      ticks.y = [...gd.querySelectorAll('.yaxislayer-above .ytick text')].map(t => t.textContent);
+    }
+  }
+  return {area: {left: box.left, right: box.right}, readouts, overlaps, ticks,
+          grid: grid ? {scroll: grid.scrollWidth, client: grid.clientWidth} : null};
+}"""
+
+
+@pytest.fixture(scope="module")
+def tuning_page(tmp_path_factory):
+    """JupyterLab with 02_tuning.ipynb run to the end in Chromium (one server and browser for this file's tests)."""
     assert missing is None, missing
+    tmp_path = tmp_path_factory.mktemp("browser")
     root = tmp_path / "notebooks"
     root.mkdir()
     nb = root / "02_tuning.ipynb"
@@ -49,28 +89,53 @@ def test_panel_slider_moved_with_the_keyboard_updates_the_plot(tmp_path):
         try:
             open_notebook(page, lab, "02_tuning.ipynb")
             run_all(page)
-            panel = page.locator(PANEL)
-            panel.scroll_into_view_if_needed()
-            page.wait_for_function(f"() => ({POINTS})() >= 4", timeout=60_000)  # initial, block_M=128, sweep x2
-            # the status line is redrawn just after the plots: wait for it rather than race it
-            page.wait_for_function(f"() => ({STATUS})().includes('block_M=64')", timeout=60_000)
-            before_points = page.evaluate(POINTS)
-            before_markers = page.evaluate(MARKERS)
-            before_status = page.evaluate(STATUS)
-            assert "block_M=64" in before_status, before_status
-
-            handle = page.locator(".wb-panel .wb-knob-block_M .noUi-handle >> nth=0")
-            handle.focus()
-            page.keyboard.press("ArrowLeft")  # 64 -> 32: a configuration not measured yet
-            page.wait_for_function(
-                f"() => ({POINTS})() > {before_points} && ({STATUS})().includes('block_M=32') && "
-                f"({STATUS})().includes('PASS')", timeout=120_000)
-            after_status = page.evaluate(STATUS)
-            assert after_status != before_status
-            assert page.evaluate(POINTS) == before_points + 1
-            assert page.evaluate(MARKERS) > before_markers  # drawn, not only received
+            yield page
         finally:
             page.screenshot(path=str(ARTIFACTS / "02_tuning_page.png"))
             if page.locator(".wb-panel").count():
                 page.locator(PANEL).screenshot(path=str(ARTIFACTS / "02_tuning_panel.png"))
+
+
+def test_panel_slider_moved_with_the_keyboard_updates_the_plot(tuning_page):
+    page = tuning_page
+    panel = page.locator(PANEL)
+    panel.scroll_into_view_if_needed()
+    page.wait_for_function(f"() => ({POINTS})() >= 4", timeout=60_000)  # initial, block_M=128, sweep x2
+    # the status line is redrawn just after the plots: wait for it rather than race it
+    page.wait_for_function(f"() => ({STATUS})().includes('block_M=64')", timeout=60_000)
+    before_points = page.evaluate(POINTS)
+    before_markers = page.evaluate(MARKERS)
+    before_status = page.evaluate(STATUS)
+    assert "block_M=64" in before_status, before_status
+
+    handle = page.locator(".wb-panel .wb-knob-block_M .noUi-handle >> nth=0")
+    handle.focus()
+    page.keyboard.press("ArrowLeft")  # 64 -> 32: a configuration not measured yet
+    page.wait_for_function(
+        f"() => ({POINTS})() > {before_points} && ({STATUS})().includes('block_M=32') && "
+        f"({STATUS})().includes('PASS')", timeout=120_000)
+    after_status = page.evaluate(STATUS)
+    assert after_status != before_status
+    assert page.evaluate(POINTS) == before_points + 1
+    assert page.evaluate(MARKERS) > before_markers  # drawn, not only received
+    # the sweep grid follows the slider: centred on block_M=64 before the move (32,64,128), on 32 after it
+    grid = page.locator(".wb-panel .wb-sweep-grid input >> nth=0").input_value()
+    assert grid.startswith("block_M=32,64 "), grid
+
+
+def test_panel_layout_fits_a_1400_px_page(tuning_page):
+    page = tuning_page
+    page.locator(PANEL).scroll_into_view_if_needed()
+    page.wait_for_timeout(500)  # plotly finishes laying out
+    got = page.evaluate(LAYOUT)
+    assert len(got["readouts"]) >= 5, got
+    for r in got["readouts"]:
+        assert r["width"] > 0 and not r["cut"], r
+        assert r["right"] <= got["area"]["right"] + 1, (r, got["area"])  # not pushed out of the cell and clipped
+    assert got["grid"] and got["grid"]["scroll"] <= got["grid"]["client"] + 1, got["grid"]
+    assert not got["overlaps"], got["overlaps"]
+    for axis, labels in got["ticks"].items():
+        shown = [t for t in labels if t.strip()]
+        assert shown and len(shown) == len(set(shown)), (axis, labels)  # powers of ten, each once
+    page.locator(PANEL).screenshot(path=str(ARTIFACTS / "02_tuning_panel.png"))
     assert (ARTIFACTS / "02_tuning_panel.png").stat().st_size > 10_000

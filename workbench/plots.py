@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 
 from .tunables import full_label, short_label
 
-ERROR_FLOOR = 1e-10  # an exact result is drawn here on the log axis
+ERROR_FLOOR = 1e-6  # an exact result (margin 0) is drawn here on the log axis: six decades under the limit
 HEIGHT = 330
 WIDTH = 460  # two figures side by side fit a JupyterLab notebook next to the file browser
 _BLUE, _RED, _GREY, _GOLD, _GREEN = "#1f77b4", "#d62728", "#b0b0b0", "#f2b01e", "#2ca02c"
@@ -83,12 +83,6 @@ def _points(ms: Iterable[Any], names: list[str], y: Any) -> dict[str, list[Any]]
         texts.append(hover(m, names))
         colors.append(_BLUE if m.ok else _RED)
     return {"x": xs, "y": ys, "hovertext": texts, "colors": colors}
-
-
-def _error(m: Any) -> float | None:
-    if m.max_rel is None:
-        return None
-    return ERROR_FLOOR if m.max_rel == 0 else (1.0 if math.isnan(m.max_rel) else m.max_rel)
 
 
 MARGIN_CAP = 1e6  # an infinite or NaN margin is drawn at the top of the axis
