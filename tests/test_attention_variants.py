@@ -1,5 +1,5 @@
-"""GQA / MQA flash attention and split-KV flash decoding (examples/) against torch SDPA on the CPU, and their CUDA
-compiles (the same programs, fp16; the GPU suite runs them: tests/gpu/test_attention_variants.py)."""
+"""GQA / MQA flash attention, split-KV flash decoding and the flash-attention backward (examples/) against torch
+SDPA (and its autograd) on the CPU; the GPU suite runs the same programs: tests/gpu/test_attention_variants.py."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from examples import flash_attention as fa  # noqa: E402
+from examples import flash_attention_bwd as fb  # noqa: E402
 from examples import flash_decoding as fd  # noqa: E402
 
 
@@ -52,3 +53,18 @@ def test_a_split_that_sees_no_key_of_a_row_weighs_nothing():
     assert not torch.isnan(o_part).any() and not torch.isnan(lse).any()
     assert torch.isinf(lse[0, :, 2, :14]).all() and torch.isfinite(lse[0, :, 2, 14:]).all()
     torch.testing.assert_close(dec.combine(o_part, lse), fd.reference(q, k, v, True), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("batch,heads,seq,dim,causal", [
+    (1, 2, 128, 64, False),
+    (1, 2, 200, 64, True),      # ragged: the last query and key tiles are partly outside
+    (2, 1, 136, 128, True),
+])
+def test_flash_attention_backward_matches_autograd_of_sdpa(batch, heads, seq, dim, causal):
+    q, k, v = (torch.randn(batch, seq, heads, dim, requires_grad=True) for _ in range(3))
+    out = fb.FlashAttentionFunction.apply(q, k, v, causal)
+    torch.testing.assert_close(out, fa.reference(q.detach(), k.detach(), v.detach(), causal), rtol=1e-4, atol=1e-4)
+    do = torch.randn_like(out)
+    out.backward(do)
+    for got, want in zip((q.grad, k.grad, v.grad), fb.reference_grads(q, k, v, do, causal)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

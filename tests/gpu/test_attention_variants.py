@@ -1,5 +1,6 @@
 """On the GPU: GQA / MQA flash attention and split-KV flash decoding (examples/) through ``@jit(target="cuda")``,
-fp16 and bf16, against SDPA in float32 and against the CPU build of the same program on the same inputs."""
+fp16 and bf16, against SDPA in float32 and against the CPU build of the same program on the same inputs, and the
+flash-attention backward against torch.autograd of SDPA."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from examples import flash_attention as fa  # noqa: E402
+from examples import flash_attention_bwd as fb  # noqa: E402
 from examples import flash_decoding as fd  # noqa: E402
 
 from .conftest import cuda  # noqa: E402
@@ -57,3 +59,17 @@ def test_split_kv_decoding_on_the_gpu(dtype, batch, heads, heads_kv, seq_q, seq_
     if host is not None:
         ref_cpu = host(q.float().cpu(), k.float().cpu(), v.float().cpu())
         torch.testing.assert_close(out.float().cpu(), ref_cpu, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("batch,heads,seq,dim,causal", [(2, 4, 256, 64, False), (1, 4, 200, 128, True),
+                                                        (2, 2, 1000, 128, True)])
+def test_flash_attention_backward_on_the_gpu(dtype, batch, heads, seq, dim, causal):
+    q, k, v = (torch.randn(batch, seq, heads, dim, device="cuda").to(DT[dtype]).requires_grad_() for _ in range(3))
+    out = fb.FlashAttentionFunction.apply(q, k, v, causal)
+    do = torch.randn_like(out)
+    out.backward(do)
+    want = fb.reference_grads(q.float(), k.float(), v.float(), do.float(), causal)
+    for name, got, ref in zip("qkv", (q.grad, k.grad, v.grad), want):
+        torch.testing.assert_close(got.float(), ref, rtol=TOL[dtype], atol=2 * TOL[dtype],
+                                   msg=lambda m, n=name: f"d{n}: {m}")
