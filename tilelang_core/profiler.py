@@ -179,6 +179,7 @@ class Profiler:
         self.kernel = kernel
         self.seed = seed
         self._inputs: list[Any] | None = None
+        self._inputs_key: tuple[Any, ...] = ()
         target = getattr(kernel, "target", None) or {}
         self.device = "cuda" if target.get("kind") == "cuda" else "cpu"  # where inputs live and how to time
 
@@ -195,26 +196,45 @@ class Profiler:
         self.seed += 1
         return g
 
-    def make_inputs(self) -> list[Any]:
-        """Fresh random tensors for the kernel's inputs."""
-        symbolic = [(p.name, d) for i in self.kernel.in_idx for p in [self.kernel.params[i]] for d in p.shape
-                    if isinstance(d, str)]
-        if symbolic:  # a kernel for any m: which m to draw is the caller's choice
-            name, d = symbolic[0]
-            raise ValueError(f"kernel {self.kernel.name}: input {name!r} has the symbolic size {d}, so the profiler "
-                             "cannot draw its inputs; pass them (input_tensors=[...] / inputs=[...])")
+    def input_shapes(self, dynamic_symbolic_constraints: dict[str, int] | None = None) -> list[tuple[int, ...]]:
+        """The shape of each input; symbolic sizes take their values from ``dynamic_symbolic_constraints``
+        (TileLang's name: ``{"m": 256}``). A symbolic size without a value is a ``ValueError`` naming it."""
+        from .runtime.exported import eval_size, format_shape
+
+        sizes = dict(dynamic_symbolic_constraints or {})
+        for k, v in sizes.items():
+            if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"dynamic_symbolic_constraints: expected size name -> int >= 0, got {k!r}: {v!r}")
+        shapes = []
+        for i in self.kernel.in_idx:
+            p = self.kernel.params[i]
+            try:
+                shapes.append(tuple(eval_size(d, sizes) for d in p.shape))
+            except KeyError as e:  # a kernel for any m: which m to draw is the caller's choice
+                raise ValueError(f"kernel {self.kernel.name}: input {p.name!r} has the symbolic size {e.args[0]}, "
+                                 f"so the profiler cannot draw its inputs (shape {format_shape(p.shape)}); give "
+                                 f"its value (dynamic_symbolic_constraints={{{e.args[0]!r}: ...}}) or pass the "
+                                 "inputs (input_tensors=[...] / inputs=[...])") from None
+        return shapes
+
+    def make_inputs(self, dynamic_symbolic_constraints: dict[str, int] | None = None) -> list[Any]:
+        """Fresh random tensors for the kernel's inputs (symbolic sizes from ``dynamic_symbolic_constraints``)."""
+        shapes = self.input_shapes(dynamic_symbolic_constraints)
         g = self._gen()
         if self.supply_type is not None:
             from .utils.tensor import make_tensor
 
-            return [make_tensor(self.kernel.params[i].shape, self.kernel.params[i].dtype, self.supply_type, g,
-                                self.device) for i in self.kernel.in_idx]
-        return [random_tensor(self.kernel.params[i].shape, self.kernel.params[i].dtype, g, self.device)
-                for i in self.kernel.in_idx]
+            return [make_tensor(shape, self.kernel.params[i].dtype, self.supply_type, g, self.device)
+                    for i, shape in zip(self.kernel.in_idx, shapes)]
+        return [random_tensor(shape, self.kernel.params[i].dtype, g, self.device)
+                for i, shape in zip(self.kernel.in_idx, shapes)]
 
-    def inputs(self) -> list[Any]:
-        if self._inputs is None:
-            self._inputs = self.make_inputs()
+    def inputs(self, dynamic_symbolic_constraints: dict[str, int] | None = None) -> list[Any]:
+        """The profiler's inputs, drawn once (once per set of symbolic sizes)."""
+        key = tuple(sorted((dynamic_symbolic_constraints or {}).items()))
+        if self._inputs is None or self._inputs_key != key:
+            self._inputs = self.make_inputs(dynamic_symbolic_constraints)
+            self._inputs_key = key
         return self._inputs
 
     def assert_allclose(self, reference: Callable[..., Any], rtol: float = 1e-2, atol: float = 1e-2,
@@ -283,13 +303,15 @@ class Profiler:
     def do_bench(self, func: Callable[..., Any] | None = None, warmup: float = 25.0, rep: float = 100.0,
                  inputs: list[Any] | None = None, *, n_warmup: int = 0, n_repeat: int = 0,
                  input_tensors: list[Any] | None = None, return_mode: str | None = None,
-                 quantiles: list[float] | None = None, **_compat: Any) -> Any:
+                 quantiles: list[float] | None = None, dynamic_symbolic_constraints: dict[str, int] | None = None,
+                 **_compat: Any) -> Any:
         """Median latency (ms) of the kernel, or of ``func`` on the same inputs (e.g. a torch reference), as a
         :class:`BenchResult`. TileLang's arguments: ``n_warmup``/``n_repeat`` fix the numbers of calls,
         ``input_tensors`` names the inputs, ``return_mode`` (``"mean"``, ``"median"``, ``"min"``, ``"max"``) or
-        ``quantiles`` return that plain float (or list) instead."""
+        ``quantiles`` return that plain float (or list) instead, ``dynamic_symbolic_constraints`` gives the values
+        of symbolic sizes for the drawn inputs (``{"m": 256}``)."""
         ins = inputs if inputs is not None else (list(input_tensors) if input_tensors is not None
-                                                 else self.inputs())
+                                                 else self.inputs(dynamic_symbolic_constraints))
         f = func if func is not None else self.kernel
         result = self.timer(lambda: f(*ins), warmup=warmup, rep=rep, n_warmup=n_warmup, n_repeat=n_repeat)
         if return_mode is None and quantiles is None:

@@ -19,6 +19,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from IPython.core.error import UsageError
+
 from .cell import JIT_FACTORY, PRIM_FUNC, CellProgram
 
 MAX_ENTRIES = 64
@@ -106,6 +108,10 @@ def _disk_cache_bypassed(force: bool) -> contextlib.AbstractContextManager[None]
 
 def effective_out_idx(program: CellProgram, out_idx: list[int] | None) -> list[int]:
     """``--out-idx``, else what ``@tilelang.jit(out_idx=...)`` said, else the last parameter."""
+    if program.eager is not None:  # its outputs are the T.empty tensors it declares
+        if out_idx is not None:
+            raise UsageError("--out-idx: an eager @jit function's outputs are the tensors it declares with T.empty")
+        return []
     if out_idx is not None:
         return out_idx
     if program.kind == JIT_FACTORY and program.obj.out_idx is not None:
@@ -129,6 +135,8 @@ def compile_program(program: CellProgram, kwargs: dict[str, Any], out_idx: list[
         return tilelang_core.compile(program.obj, out_idx=out_idx, target=target, name=name)
     options = getattr(program.obj, "options", None)  # the cell's own @tilelang.jit(pass_configs=...) stays in force
     given = getattr(getattr(options, "pass_configs", None), "explicit", dict)()
+    if program.eager is not None:  # the eager spelling: .compile(...) with the T.const sizes as keywords
+        return jit_decorator()(target=target, pass_configs=given or None)(program.function).compile(**kwargs)
     return jit_decorator()(out_idx=out_idx, target=target, pass_configs=given or None)(program.function)(**kwargs)
 
 

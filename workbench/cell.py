@@ -10,6 +10,7 @@ This module also runs the cell in a namespace seeded from the user's and picks o
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import linecache
 import types
@@ -62,6 +63,23 @@ class CellProgram:
     obj: Any
     namespace: dict[str, Any]
     free_names: list[str] = field(default_factory=list)
+
+    @functools.cached_property
+    def eager(self) -> Any:
+        """The eager-spelled ``@jit`` function (a kernel written without an inner ``@T.prim_func``: ``T.const``,
+        ``T.empty``, annotated tensor parameters) as tilelang_core's ``@jit`` makes it, else None. It offers
+        ``compile(**args_and_sizes)``, ``sizes`` (the ``T.const`` names) and ``tensor_params``."""
+        if self.kind == JIT_FACTORY:
+            return self.obj if getattr(self.obj, "eager", False) else None
+        if self.kind != FACTORY:
+            return None
+        from .build import jit_decorator
+
+        try:
+            made = jit_decorator()(self.obj)
+        except Exception:  # noqa: BLE001 - not a function the core can wrap: the classic path reports it
+            return None
+        return made if getattr(made, "eager", False) else None
 
     @property
     def function(self) -> Any:

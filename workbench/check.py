@@ -106,9 +106,10 @@ class Reference:
         return eval(self._code, self._env)  # the user's expression, in their namespace
 
 
-def kernel_inputs(kernel: Any) -> list[Any]:
-    """Seeded random inputs from the kernel's profiler, on the kernel's device (the GPU for a CUDA kernel)."""
-    inputs = kernel.get_profiler().inputs()
+def kernel_inputs(kernel: Any, sizes: dict[str, int] | None = None) -> list[Any]:
+    """Seeded random inputs from the kernel's profiler, on the kernel's device (the GPU for a CUDA kernel);
+    ``sizes``: the values of its symbolic sizes (``--shapes n=1024``)."""
+    inputs = kernel.get_profiler().inputs(dynamic_symbolic_constraints=sizes or None)
     if kernel.target.get("kind") == "cuda":
         inputs = [t.cuda() for t in inputs]
     return inputs
@@ -184,14 +185,16 @@ def relative_spread(median: Any, p20: Any, p80: Any) -> float | None:
     return (float(p80) - float(p20)) / float(median)
 
 
-def check(kernel: Any, reference: Reference, rtol: float | None, atol: float | None) -> CheckResult:
-    """Run kernel and reference on the same random inputs and compare every output."""
+def check(kernel: Any, reference: Reference, rtol: float | None, atol: float | None,
+          sizes: dict[str, int] | None = None) -> CheckResult:
+    """Run kernel and reference on the same random inputs and compare every output (``sizes``: the values of the
+    kernel's symbolic sizes)."""
     params = kernel.params
     out_dtypes = [params[i].dtype for i in kernel.out_idx]
     tol = default_tolerance(out_dtypes)
     rtol = tol if rtol is None else rtol
     atol = tol if atol is None else atol
-    inputs = kernel_inputs(kernel)
+    inputs = kernel_inputs(kernel, sizes)
     outs = _as_tuple(kernel(*inputs))
     try:
         refs = _as_tuple(reference(*inputs))
@@ -207,24 +210,29 @@ def check(kernel: Any, reference: Reference, rtol: float | None, atol: float | N
     return result
 
 
-def work(kernel: Any, config: dict[str, Any]) -> tuple[float | None, float]:
-    """(FLOPs, bytes) per call: 2*M*N*K when the config has integer M, N, K; bytes of every parameter."""
-    dims = [config.get(k) for k in ("M", "N", "K")]
+def work(kernel: Any, config: dict[str, Any], sizes: dict[str, int] | None = None) -> tuple[float | None, float]:
+    """(FLOPs, bytes) per call: 2*M*N*K when the config (or a symbolic size) has integer M, N, K; bytes of every
+    parameter (a symbolic dimension counted at its value in ``sizes``)."""
+    from tilelang_core.runtime.exported import eval_size
+
+    known = {**(sizes or {}), **config}
+    dims = [known.get(k) for k in ("M", "N", "K")]
     flops = float(2 * dims[0] * dims[1] * dims[2]) if all(isinstance(d, int) for d in dims) else None
     nbytes = 0.0
     for p in kernel.params:
         n = 1
         for s in p.shape:
-            n *= s
+            n *= eval_size(s, sizes or {})
         nbytes += n * _ITEMSIZE.get(p.dtype, 4)
     return flops, nbytes
 
 
-def benchmark(kernel: Any, reference: Reference | None, config: dict[str, Any]) -> Timing:
-    """Median latency of kernel and reference on the profiler's inputs."""
+def benchmark(kernel: Any, reference: Reference | None, config: dict[str, Any],
+              sizes: dict[str, int] | None = None) -> Timing:
+    """Median latency of kernel and reference on the profiler's inputs (``sizes``: symbolic sizes' values)."""
     prof = kernel.get_profiler()
-    inputs = kernel_inputs(kernel)
+    inputs = kernel_inputs(kernel, sizes)
     t_kernel = prof.do_bench(inputs=inputs)
     t_ref = prof.do_bench(reference, inputs=inputs) if reference is not None else None
-    flops, nbytes = work(kernel, config)
+    flops, nbytes = work(kernel, config, sizes)
     return Timing(t_kernel, t_ref, flops, nbytes)

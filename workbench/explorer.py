@@ -175,7 +175,7 @@ class Explorer:
         if self._problem is None:
             from tilelang_core.autotune.measure import as_tuple, inputs_for
 
-            ins = inputs_for(kernel)
+            ins = inputs_for(kernel, getattr(self.wk, "sizes", None))  # symbolic sizes: the cell's --shapes values
             refs = as_tuple(self.reference(*ins)) if self.reference is not None else None
             self._problem = (ins, refs)
         return self._problem

@@ -27,13 +27,14 @@ class WorkbenchKernel:
     def __init__(self, *, cell: CellSource, program: CellProgram, options: Options, kwargs: dict[str, Any],
                  out_idx: list[int], target: Any, build: BuildResult, cache: BuildCache,
                  check: CheckResult | None = None, timing: Timing | None = None,
-                 previous: WorkbenchKernel | None = None):
+                 previous: WorkbenchKernel | None = None, sizes: dict[str, Any] | None = None):
         self.name = options.name
         self.cell = cell
         self.program = program
         self.options = options
         self.kwargs = dict(kwargs)
         self.out_idx = list(out_idx)
+        self.sizes = dict(sizes or {})  # values of the kernel's symbolic sizes for its inputs (--shapes n=1024)
         self.target_request = target
         self.build = build
         self.check = check
@@ -123,7 +124,7 @@ class WorkbenchKernel:
         shapes = {**self.options.shapes, **overrides}
         other = WorkbenchKernel(cell=self.cell, program=self.program, options=replace(self.options, shapes=shapes),
                                 kwargs=kwargs, out_idx=self.out_idx, target=self.target_request, build=build,
-                                cache=self._cache)
+                                cache=self._cache, sizes=self.sizes)
         self.variants[label] = other
         return other
 

@@ -12,6 +12,7 @@ the magic in a broken state: the next cell works.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -154,13 +155,15 @@ class TileKernelMagics(Magics):
             program = cellmod.run(cell, ns, injected)
         except Exception as e:  # noqa: BLE001 - whatever the user's cell raised becomes one diagnostic
             raise compile_error(e, cell, opts.name) from e
+        symbols: dict[str, Any] = {}  # --shapes values of the kernel's symbolic sizes (T.symbolic / T.dynamic)
         if program.kind == cellmod.PRIM_FUNC:
-            if opts.shapes or opts.dtype:
-                raise UsageError("--shapes/--dtype: the cell defines a @T.prim_func with fixed shapes; define a "
-                                 "factory function to pass arguments")
+            if opts.dtype:
+                raise UsageError("--dtype: the cell defines a @T.prim_func with fixed shapes; define a factory "
+                                 "function to pass arguments")
             kwargs: dict[str, Any] = {}
+            symbols.update(opts.shapes)
         else:
-            kwargs = optmod.factory_kwargs(program.function, opts)
+            kwargs = optmod.factory_kwargs(program.function, opts, eager=program.eager, symbols=symbols)
         out_idx = effective_out_idx(program, opts.out_idx)
         target = effective_target(program, opts.target)
         self._check_target(target)
@@ -172,10 +175,13 @@ class TileKernelMagics(Magics):
             raise compile_error(e, cell, opts.name) from e
         except Exception as e:  # noqa: BLE001
             raise compile_error(e, cell, opts.name) from e
+        if program.eager is not None:
+            out_idx = list(build.kernel.out_idx)
+        self._check_symbols(build.kernel, program, symbols, opts)
         prev = self.history.get(opts.name)
         wk = WorkbenchKernel(cell=cell, program=program, options=opts, kwargs=kwargs, out_idx=out_idx,
                              target=target, build=build, cache=self.cache,
-                             previous=self._previous(prev, build.key))
+                             previous=self._previous(prev, build.key), sizes=symbols)
         self._check_and_time(wk, prev, ns, injected)
         self._bind(wk)
         return wk
@@ -186,6 +192,29 @@ class TileKernelMagics(Magics):
         if prev is None:
             return None
         return prev.previous if prev.build.key == key else prev
+
+    @staticmethod
+    def _check_symbols(kernel: Any, program: Any, symbols: dict[str, Any], opts: optmod.Options) -> None:
+        """``--shapes`` names that are not factory arguments must be the kernel's symbolic sizes; a symbolic size
+        of an input needs a value when the magic draws inputs (to check or time)."""
+        have = sorted({d for p in kernel.params for d in p.shape if isinstance(d, str) and d.isidentifier()})
+        unknown = [k for k in symbols if k not in have]
+        if unknown:
+            sizes = f"; the kernel's symbolic sizes are {', '.join(have)}" if have else ""
+            if program.kind == cellmod.PRIM_FUNC:
+                raise UsageError(f"--shapes: the cell defines a @T.prim_func with fixed shapes and no symbolic size "
+                                 f"{', '.join(unknown)}{sizes}; define a factory function to pass arguments")
+            what = f"the factory {program.function.__name__}{inspect.signature(program.function)}"
+            raise UsageError(f"--shapes: {what} has no parameter(s) {', '.join(unknown)}{sizes}")
+        for k, v in symbols.items():
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise UsageError(f"--shapes: {k}={v!r}: the symbolic size {k} takes an int >= 0")
+        needed = sorted({d for i in kernel.in_idx for d in kernel.params[i].shape
+                         if isinstance(d, str) and d.isidentifier()} - set(symbols))
+        if needed and (opts.ref is not None or opts.bench) and can_run(kernel):
+            raise UsageError(f"--shapes: the kernel has the symbolic size(s) {', '.join(needed)}: give a value for "
+                             f"each to size the inputs it is checked and timed on "
+                             f"(--shapes {','.join(f'{n}=1024' for n in needed)})")
 
     @staticmethod
     def _check_target(target: Any) -> None:
@@ -207,7 +236,7 @@ class TileKernelMagics(Magics):
             names = [wk.params[i].name for i in wk.kernel.in_idx]
             reference = Reference(opts.ref, names, {**ns, "torch": injected["torch"]})
             try:
-                wk.check = check(wk.kernel, reference, opts.rtol, opts.atol)
+                wk.check = check(wk.kernel, reference, opts.rtol, opts.atol, sizes=wk.sizes)
             except ReferenceCheckError as e:
                 self._bind(wk)  # keep the kernel reachable for inspection
                 raise check_error(str(e), wk.name, cause=e.__cause__ or e,
@@ -221,7 +250,7 @@ class TileKernelMagics(Magics):
         reuse = (prev is not None and prev.timing is not None and wk.build.status == "cached"
                  and prev.build.key == wk.build.key and prev.options.check_key() == opts.check_key())
         try:
-            wk.timing = prev.timing if reuse else benchmark(wk.kernel, reference, wk.config)
+            wk.timing = prev.timing if reuse else benchmark(wk.kernel, reference, wk.config, sizes=wk.sizes)
         except Exception as e:  # noqa: BLE001
             self._bind(wk)
             raise check_error(f"{type(e).__name__}: {e}", wk.name, cause=e, hint="--no-bench skips timing",

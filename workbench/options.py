@@ -133,15 +133,35 @@ def parse_tune_axes(args: Any) -> dict[str, list[Any]]:
     return parse_tune([unquote(t) or "" for t in tokens])
 
 
-def factory_kwargs(function: Any, opts: Options) -> dict[str, Any]:
+def factory_kwargs(function: Any, opts: Options, eager: Any = None,
+                   symbols: dict[str, Any] | None = None) -> dict[str, Any]:
     """The keyword arguments to call the factory with: ``--shapes`` plus ``dtype`` from ``--dtype``.
 
     Unknown names and missing required arguments are usage errors that list the factory's signature.
+    ``eager``: the cell's eager-spelled ``@jit`` function (its tensor parameters are not factory arguments, its
+    ``T.const`` sizes are). ``symbols``: when given, ``--shapes`` names that are not factory arguments go there
+    instead of being refused (the values of the kernel's symbolic sizes, checked once the kernel is compiled).
     """
     sig = inspect.signature(function)
-    params = sig.parameters
+    params = dict(sig.parameters)
+    if eager is not None:
+        tensors = set(eager.tensor_params)
+        params = {n: p for n, p in params.items() if n not in tensors}
+        sig = sig.replace(parameters=list(params.values()))
     takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
     kwargs = dict(opts.shapes)
+    if symbols is not None and not takes_kwargs:
+        sizes = set(eager.sizes) if eager is not None else set()
+        for k in [k for k in kwargs if k not in params and k not in sizes]:
+            symbols[k] = kwargs.pop(k)
+    if eager is not None:
+        missing = [n for n in eager.sizes if n not in kwargs]
+        if missing:
+            raise UsageError(f"--shapes: give {', '.join(f'{m}=...' for m in missing)} (the T.const size(s) of "
+                             f"{function.__name__}: the magic compiles it without tensors)")
+        for n in eager.sizes:  # sizes are call keywords of .compile(...), like parameters here
+            params[n] = inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY)
+        sig = sig.replace(parameters=sorted(params.values(), key=lambda p: p.kind))
     if opts.dtype is not None:
         if "dtype" not in params and not takes_kwargs:
             raise UsageError(f"--dtype: the factory {function.__name__}{sig} has no 'dtype' parameter; write the "

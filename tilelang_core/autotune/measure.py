@@ -38,24 +38,52 @@ def default_tolerance(dtypes: list[str]) -> float:
     return tol
 
 
-def work(kernel: Any, config: dict[str, Any]) -> tuple[float | None, float]:
-    """(FLOPs, bytes) per call: ``2*M*N*K`` when the config has integer M, N, K; bytes of every parameter."""
-    dims = [config.get(k) for k in ("M", "N", "K")]
+def symbol_values(kernel: Any, inputs: Any) -> dict[str, int]:
+    """The values the inputs give the kernel's symbolic sizes (``{"n": 300}`` for ``A: T.Tensor((n,), ...)``)."""
+    out: dict[str, int] = {}
+    for i, t in zip(kernel.in_idx, inputs or []):
+        for d, n in zip(kernel.params[i].shape, getattr(t, "shape", ())):
+            if isinstance(d, str) and d.isidentifier():
+                out.setdefault(d, int(n))
+    return out
+
+
+def concrete_shape(shape: Any, sizes: dict[str, int]) -> list[Any]:
+    """A parameter's shape with its symbolic sizes evaluated where ``sizes`` knows them (else kept as text)."""
+    from ..runtime.exported import eval_size
+
+    out = []
+    for d in shape:
+        try:
+            out.append(eval_size(d, sizes))
+        except (KeyError, ValueError):
+            out.append(d)
+    return out
+
+
+def work(kernel: Any, config: dict[str, Any], sizes: dict[str, int] | None = None) -> tuple[float | None, float]:
+    """(FLOPs, bytes) per call: ``2*M*N*K`` when the config (or a symbolic size) has integer M, N, K; bytes of every
+    parameter whose shape is known (symbolic sizes from ``sizes``)."""
+    known = {**(sizes or {}), **config}
+    dims = [known.get(k) for k in ("M", "N", "K")]
     flops = float(2 * dims[0] * dims[1] * dims[2]) if all(
         isinstance(d, int) and not isinstance(d, bool) for d in dims) else None
     nbytes = 0.0
     for p in kernel.params:
-        nbytes += math.prod(p.shape) * _ITEMSIZE.get(p.dtype, 4)
+        shape = concrete_shape(p.shape, sizes or {})
+        if all(isinstance(d, int) for d in shape):
+            nbytes += math.prod(shape) * _ITEMSIZE.get(p.dtype, 4)
     return flops, nbytes
 
 
-def describe_problem(m: Measurement, kernel: Any) -> None:
-    """Fill in the problem (parameter shapes and dtypes), the work per call, and the target from ``kernel``."""
+def describe_problem(m: Measurement, kernel: Any, sizes: dict[str, int] | None = None) -> None:
+    """Fill in the problem (parameter shapes and dtypes), the work per call, and the target from ``kernel``;
+    ``sizes``: the values of its symbolic sizes on the inputs measured."""
     from ..machine import device_name, target_kind
 
-    m.shapes = [list(p.shape) for p in kernel.params]
+    m.shapes = [concrete_shape(p.shape, sizes or {}) for p in kernel.params]
     m.dtypes = [p.dtype for p in kernel.params]
-    m.flops, m.bytes = work(kernel, m.config)
+    m.flops, m.bytes = work(kernel, m.config, sizes)
     m.target = target_kind(kernel.target)
     m.device = device_name(m.target)
     m.resources = resource_record(kernel)
@@ -72,9 +100,9 @@ def resource_record(kernel: Any) -> dict[str, Any]:
     return res.to_dict() if res is not None else {}
 
 
-def inputs_for(kernel: Any) -> list[Any]:
-    """Seeded random inputs (the profiler's), on the kernel's device."""
-    inputs = kernel.get_profiler().inputs()
+def inputs_for(kernel: Any, sizes: dict[str, int] | None = None) -> list[Any]:
+    """Seeded random inputs (the profiler's), on the kernel's device; ``sizes``: values of its symbolic sizes."""
+    inputs = kernel.get_profiler().inputs(dynamic_symbolic_constraints=sizes or None)
     if kernel.target.get("kind") == "cuda":
         inputs = [t.cuda() for t in inputs]
     return inputs
@@ -126,12 +154,12 @@ def measure(kernel: Any, m: Measurement, *, reference: Callable[..., Any] | None
         if phase is not None:
             phase(name)
 
-    describe_problem(m, kernel)
+    ins = inputs if inputs is not None else inputs_for(kernel)
+    describe_problem(m, kernel, symbol_values(kernel, ins))
     out_dtypes = [kernel.params[i].dtype for i in kernel.out_idx]
     tol = default_tolerance(out_dtypes)
     m.rtol = tol if rtol is None else rtol
     m.atol = tol if atol is None else atol
-    ins = inputs if inputs is not None else inputs_for(kernel)
     step("checking")
     try:
         outs = as_tuple(kernel(*ins))

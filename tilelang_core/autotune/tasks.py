@@ -23,7 +23,7 @@ from typing import Any
 from .measure import as_tuple, inputs_for, measure
 from .record import FINAL, OK, PRUNED, Measurement
 from .shipping import ShippedKernel, pack, unpack
-from .workers import FactoryRef, jitted, load_factory, reason
+from .workers import FactoryRef, compile_config, jitted, load_factory, reason
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def compile_one(job: SweepJob, index: int, call: dict[str, Any], worker: str = "
     try:
         if job.factory not in _FACTORIES:
             _FACTORIES[job.factory] = jitted(load_factory(job.factory), job.out_idx, job.target)
-        kernel = _FACTORIES[job.factory](**call)
+        kernel = compile_config(_FACTORIES[job.factory], call)
         shipped = pack(kernel)
     except Exception as e:  # noqa: BLE001 - a failing config is a result
         return CompileOutcome(index, reason(e), time.perf_counter() - t0, None, worker)
@@ -208,6 +208,11 @@ def problem(cache: dict[str, Any], kernel: Any, ref: Callable[..., Any] | None, 
     key = repr([(p.shape, p.dtype) for p in kernel.params])
     if key not in cache:
         if inputs is None:
+            symbolic = sorted({d for i in kernel.in_idx for d in kernel.params[i].shape if isinstance(d, str)})
+            if symbolic:  # one kernel for every size: which size to tune for is the caller's choice
+                raise ValueError(f"tune: the kernel {kernel.name} has the symbolic size(s) {', '.join(symbolic)}, so "
+                                 "its inputs cannot be drawn; pass the tensors to tune on (tune(..., inputs=[...]), "
+                                 "or `with tilelang.autotuner.set_autotune_inputs(...)` around an @autotune call)")
             ins = inputs_for(kernel)
         else:
             ins = list(inputs(kernel) if callable(inputs) else inputs)

@@ -75,7 +75,7 @@ class TuneResult:
         """The compiled kernel of one configuration (from the caches: it was compiled during the sweep)."""
         key = repr(sorted(config.items()))
         if key not in self._kernels:
-            self._kernels[key] = self._jit(**config)
+            self._kernels[key] = workers_mod.compile_config(self._jit, config)
         return self._kernels[key]
 
     @property
@@ -338,7 +338,7 @@ def _run_inline(result: TuneResult, factory: Any, jf: Any, todo: dict[int, dict[
             else:
                 t0 = time.perf_counter()
                 try:
-                    kernel = jf(**call)
+                    kernel = workers_mod.compile_config(jf, call)
                 except Exception as e:  # noqa: BLE001 - skip the config, keep its reason
                     m.status, m.message = COMPILE_ERROR, workers_mod.reason(e)
                 m.compile_s = compile_times.get(i, time.perf_counter() - t0)
@@ -398,8 +398,10 @@ class AutoTuner:
 
     def _given(self, args: tuple, kwargs: dict) -> dict[str, Any]:
         sig = inspect.signature(self.__wrapped__)
+        sizes = {k: kwargs[k] for k in getattr(self.factory, "sizes", ()) if k in kwargs and k not in sig.parameters}
+        rest = {k: v for k, v in kwargs.items() if k not in sizes}  # an eager function's T.const sizes: N=1024
         try:
-            return dict(sig.bind_partial(*args, **kwargs).arguments)
+            return {**sig.bind_partial(*args, **rest).arguments, **sizes}
         except TypeError as e:
             raise TypeError(f"{self.__name__}: {e}") from None
 
@@ -411,8 +413,10 @@ class AutoTuner:
         return result
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        given = self._given(args, kwargs)
         jf = workers_mod.jitted(self.factory, self.options.get("out_idx"), self.options.get("target"))
+        if getattr(jf, "eager", False):
+            return self._call_eager(jf, args, kwargs)
+        given = self._given(args, kwargs)
         tuned = set().union(*as_configs(self.configs))
         if tuned & set(given):
             return jf(**given)
@@ -428,6 +432,25 @@ class AutoTuner:
         kernel = self.tune(*args, **kwargs).best_kernel
         self._kernels[key] = kernel
         return kernel
+
+    def _call_eager(self, jf: Any, args: tuple, kwargs: dict) -> Any:
+        """An eager ``@jit`` function called with its tensors: tune once per problem (its compile-time arguments
+        and the ``T.const`` sizes the tensors give, on the profiler's inputs of those sizes), then run the best
+        configuration on the given tensors and return what the function returns. ``f.compile(N=...)``-style calls
+        without tensors go through :meth:`tune`."""
+        given = self._given(args, kwargs)
+        tensors = set(jf.tensor_params)
+        problem = {k: v for k, v in given.items() if k not in tensors}
+        tuned = set().union(*as_configs(self.configs))
+        if tuned & set(problem):
+            return jf(*args, **kwargs)
+        probe = jf.compile(*args, **kwargs)  # the T.const sizes, read from the tensors (TileLang's rule)
+        problem.update({k: probe.config[k] for k in jf.sizes if k in (probe.config or {})})
+        key = repr(sorted(problem.items()))
+        if key not in self._kernels:
+            best_kernel = self.tune(**problem).best_kernel
+            self._kernels[key] = {k: best_kernel.config[k] for k in tuned if k in (best_kernel.config or {})}
+        return jf(*args, **{**kwargs, **self._kernels[key]})
 
     def __repr__(self) -> str:
         return f"<tilelang_core.autotune {self.__name__}: {len(self.results)} sweep(s)>"

@@ -110,15 +110,31 @@ def load_factory(ref: FactoryRef) -> Any:
 
 
 def jitted(factory: Any, out_idx: Any = None, target: Any = None) -> Any:
-    """``factory`` as a ``@jit`` factory: as is when it already is one and nothing is overridden."""
+    """``factory`` as a ``@jit`` factory: as is when it already is one and nothing is overridden. An eager-spelled
+    function (no inner ``@T.prim_func``) stays an eager ``@jit`` function: its outputs are its ``T.empty`` tensors,
+    so ``out_idx`` does not apply; compile it with :func:`compile_config`."""
     from ..jit import JITFactory, jit
+    from ..jit.eager import is_eager
 
+    if getattr(factory, "eager", False):
+        if target is None:
+            return factory
+        given = getattr(getattr(factory.options, "pass_configs", None), "explicit", dict)()
+        return jit(target=target, pass_configs=given or None)(factory.factory)
+    if not isinstance(factory, JITFactory) and callable(factory) and is_eager(factory):
+        return jit(target="auto" if target is None else target)(factory)
     if isinstance(factory, JITFactory):
         if out_idx is None and target is None:
             return factory
         return JITFactory(factory.factory, factory.out_idx if out_idx is None else out_idx,
                           factory.target if target is None else target, factory.options)
     return jit(out_idx=-1 if out_idx is None else out_idx, target="auto" if target is None else target)(factory)
+
+
+def compile_config(jf: Any, kwargs: dict[str, Any]) -> Any:
+    """The kernel of one configuration: ``jf(**kwargs)`` for a factory, ``jf.compile(**kwargs)`` for an eager
+    ``@jit`` function (calling one runs the kernel; ``kwargs`` then hold its ``T.const`` sizes, e.g. ``N=1024``)."""
+    return jf.compile(**kwargs) if getattr(jf, "eager", False) else jf(**kwargs)
 
 
 def reason(e: BaseException) -> str:
@@ -135,7 +151,7 @@ def compile_in_worker(ref: FactoryRef, kwargs: dict[str, Any], out_idx: Any, tar
         os.environ["TILELANG_CORE_CACHE_DIR"] = cache_dir
     t0 = time.perf_counter()
     try:
-        jitted(load_factory(ref), out_idx, target)(**kwargs)
+        compile_config(jitted(load_factory(ref), out_idx, target), kwargs)
     except Exception as e:  # noqa: BLE001 - a failing config is a result
         return reason(e), time.perf_counter() - t0
     return None, time.perf_counter() - t0

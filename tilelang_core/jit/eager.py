@@ -784,6 +784,17 @@ class EagerJITFactory:
                          pass_configs=self.pass_configs)
 
     @property
+    def tensor_params(self) -> tuple[str, ...]:
+        """The parameters that are the kernel's tensors (annotated ``X: T.Tensor(...)``): a call passes them, and
+        ``compile`` does not need them when their ``T.const`` sizes are given as keywords."""
+        return tuple(self._split.runtime_params)
+
+    @property
+    def sizes(self) -> tuple[str, ...]:
+        """The ``T.const`` size names, the keywords ``compile(...)`` accepts besides the parameters (``N=1024``)."""
+        return tuple(sorted(self._split.const_sites))
+
+    @property
     def pass_configs(self) -> Any:
         return self.options.pass_configs
 
