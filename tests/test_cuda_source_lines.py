@@ -101,3 +101,12 @@ def test_code_by_line_says_what_is_missing(plain):
         plain.code_by_line("asm")
     with pytest.raises(ValueError, match=r"pass_configs\['tl.cuda.lineinfo'\]: expected True or False, got 1"):
         tl.compile(gmm_relu(64, 64, 64), target="cuda", pass_configs={"tl.cuda.lineinfo": 1})
+
+
+@needs_nvdisasm
+def test_on_sm80_the_gemm_line_is_hmma_from_the_fused_mainloop():
+    k = tl.compile(gmm_relu(256, 256, 256), target={"kind": "cuda", "arch": "sm_80"}, pass_configs=LINEINFO)
+    listing = k.code_by_line("sass")
+    gemm = instruction_mix(listing.of(line_of("gemm"), __file__))
+    assert gemm["HMMA"] > 0 and gemm["HGMMA"] == 0  # mma.sync (tl::pipe_gemm_step), no wgmma on sm_80
+    assert instruction_mix(listing.of(line_of("copy_b"), __file__))["LDGSTS"] > 0
