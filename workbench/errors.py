@@ -173,7 +173,10 @@ def argument_error(kernel: str, exc: BaseException, caller: Any, inputs: list[An
                    outputs: list[Any]) -> BaseException:
     """The same exception type and message, rendered in Jupyter as our message at the caller's line only: the
     frames inside the workbench and the runtime say nothing the message does not (``err.__cause__`` keeps them)."""
-    err = type(exc)(f"{kernel}: {exc}")
+    try:
+        err = type(exc)(f"{kernel}: {exc}")
+    except Exception:  # noqa: BLE001 - an exception class with another constructor: keep the original
+        return exc
     err.__cause__ = exc
     err.__suppress_context__ = True
     file, line = caller.f_code.co_filename, caller.f_lineno

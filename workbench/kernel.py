@@ -60,8 +60,11 @@ class WorkbenchKernel:
             if not is_argument_error(e):
                 raise
             params = self.params
-            raise argument_error(self.name, e, sys._getframe(1), [params[i] for i in self.kernel.in_idx],
-                                 [params[i] for i in self.out_idx]) from e
+            err = argument_error(self.name, e, sys._getframe(1), [params[i] for i in self.kernel.in_idx],
+                                 [params[i] for i in self.out_idx])
+            if err is e:
+                raise
+            raise err from e
 
     @property
     def config(self) -> dict[str, Any]:
