@@ -111,6 +111,20 @@ def test_the_panel_records_resources_and_tables_them_per_configuration(cuda_wk, 
 
 
 @needs_cuda
+def test_a_cuda_panel_without_a_gpu_tables_the_resources_of_each_configuration(cuda_wk, tmp_path):
+    db = TuningDB(tmp_path / "t.sqlite3")
+    panel = TuningPanel(cuda_wk, {"block_N": [64, 128]}, db=db, debounce_s=0, start=False)
+    assert panel.sweep("block_N=64,128").result(timeout=240) == 2
+    assert panel.wait(240)
+    ms = panel.explorer.measurements()
+    assert all(m.status == "run_error" and "compiled only" in m.message for m in ms)  # no GPU: not run
+    expected = {cuda_wk.build_config(block_N=bn).kernel.resources().registers for bn in (64, 128)}
+    assert {m.resources["registers"] for m in ms} == expected
+    assert len(re.findall(r"<tr class='wb-res-row'", panel.resources.value)) == 2
+    assert all(r.resources.get("registers") for r in db.query("mmc", device=None))
+
+
+@needs_cuda
 def test_throughput_points_of_cuda_configurations_are_coloured_by_registers(cuda_wk):
     from tilelang_core.autotune import Measurement
     from tilelang_core.autotune.measure import describe_problem

@@ -131,9 +131,11 @@ class Explorer:
         from .magic import can_run
 
         if not can_run(kernel):
+            from tilelang_core.autotune.measure import resource_record
             from tilelang_core.autotune.record import RUN_ERROR
 
             m.status, m.message, m.device = RUN_ERROR, "no CUDA GPU here: compiled only", device_name(m.target)
+            m.resources = resource_record(kernel)  # registers, spills, smem, occupancy need no GPU
             return self._keep(config, m)
         ins, ref_outs = self._inputs(kernel)
         opts = self.wk.options
