@@ -21,7 +21,7 @@ from tilelang_core.autotune import TuningDB  # noqa: E402
 from tilelang_core.backend.cuda import find_nvcc  # noqa: E402
 from tilelang_core.backend.cuda.nvcc import nvrtc_available  # noqa: E402
 from tilelang_core.backend.cuda.resources import find_cuda_tool  # noqa: E402
-from workbench.config_diff import config_diff  # noqa: E402
+from workbench.config_diff import ConfigDiffView, config_diff  # noqa: E402
 from workbench.panel import TuningPanel  # noqa: E402
 from workbench.profile_view import ProfileView  # noqa: E402
 from workbench.report import export_report  # noqa: E402
@@ -199,6 +199,25 @@ def test_diffing_two_configurations_shows_each_stage_side_by_side(cuda_wk):
     assert minus == [f"-registers: {regs[0]}"] and plus == [f"+registers: {regs[1]}"]  # one line each, not joined
     with pytest.raises(ValueError, match="stage: expected one of"):
         config_diff(cuda_wk, {}, {"block_N": 128}, stage="nope")
+
+
+def test_diff_sides_come_from_the_tuning_database_with_their_timings(cpu_wk, tmp_path):
+    db = TuningDB(tmp_path / "t.sqlite3")
+    panel = TuningPanel(cpu_wk, {"block_M": [32, 64], "block_N": [64]}, db=db, debounce_s=0, start=False)
+    assert panel.sweep("block_M=32,64").result(timeout=240) == 2
+    assert panel.wait(240)
+    cpu_wk.last_panel = None  # only the database offers them now
+    view = ConfigDiffView(cpu_wk, db=db)
+    view.activate()
+    from_db = [(i, s) for i, s in enumerate(view._sides) if s.label.startswith("tuning db #")]
+    assert len(from_db) >= 1
+    i, side = next((i, s) for i, s in from_db if s.config["block_M"] == 32)
+    view.right.value = i
+    view.stage.value = "timings"
+    text = plain(view.pane.value)
+    assert f"median: {side.measurement.latency_ms:.4f} ms" in text and "p20 / p80" in text
+    view.stage.value = "llvm"
+    assert "line(s) differ" in plain(view.status.value)
 
 
 # -- profile -----------------------------------------------------------------------------------------------------

@@ -60,11 +60,12 @@ def sides(wk: Any, db: Any = True) -> list[Side]:
     if db is not None and db is not False and getattr(wk.program, "function", None) is not None:
         try:
             from tilelang_core.autotune import TuningDB, kernel_identity
+            from tilelang_core.machine import target_kind
 
             handle = TuningDB() if db is True else db
             name, _module, digest = kernel_identity(wk.program.function, wk.name)
             rows = list(reversed(handle.query(name, source_hash=digest, shapes=[list(p.shape) for p in wk.params],
-                                              device=None)))
+                                              target=target_kind(wk.kernel.target), device=None)))
         except Exception:  # noqa: BLE001 - an unreadable database leaves the session's configurations
             rows = []
     for origin, ms in (("panel", session), ("tuning db", rows)):

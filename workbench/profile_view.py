@@ -67,7 +67,8 @@ class ProfileView:
         if not ok:
             self.output.value = message_html(f"profile: not available here: {why}", "#777")
         self.button.on_click(lambda _b: self.profile())
-        self.widget = W.VBox([self.button, self.output])
+        # a CPU kernel's summary shows no Profile button at all (ncu is for CUDA kernels)
+        self.widget = W.VBox([self.button, self.output] if cuda else [])
 
     def profile(self) -> Future:
         """Profile on the workbench's background thread; the output shows the report or why there is none."""
