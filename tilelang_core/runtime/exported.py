@@ -393,10 +393,15 @@ def check_scalar(spec: Any, value: Any) -> Any:
         raise TypeError(f"argument {spec.name!r}: expected a real number for the scalar parameter {spec.name}: "
                         f"{dt}, got {type(value).__name__} {value!r}")
     try:
-        return float(value)
+        v = float(value)
     except (TypeError, ValueError):
         raise TypeError(f"argument {spec.name!r}: expected a real number for the scalar parameter {spec.name}: "
                         f"{dt}, got {type(value).__name__}") from None
+    if dt == "bfloat16":  # the value the kernel computes with: rounded as torch rounds (see scalar_bits)
+        import struct
+
+        return struct.unpack("<f", (scalar_bits(v, "bfloat16") << 16).to_bytes(4, "little"))[0]
+    return v
 
 
 def bind_arguments(params: Any, values: dict[int, Any], device: str) -> tuple[dict[int, Any], dict[str, int]]:
@@ -455,14 +460,21 @@ def output_shape(spec: Any, symbols: dict[str, int]) -> list[int]:
 
 def scalar_bits(value: Any, dtype: str) -> int:
     """A scalar kernel argument as the bits of its CUDA parameter slot (little-endian, zero-extended to 8 bytes)."""
+    import math
     import struct
 
     if dtype in ("float32", "float64", "float16"):
         fmt = {"float32": "<f", "float64": "<d", "float16": "<e"}[dtype]
-        raw = struct.pack(fmt, float(value))
+        try:
+            raw = struct.pack(fmt, float(value))
+        except OverflowError:  # beyond the format's range: infinity, as a cast (and torch) gives
+            raw = struct.pack(fmt, math.copysign(math.inf, float(value)))
         return int.from_bytes(raw, "little")
-    if dtype == "bfloat16":
-        return int.from_bytes(struct.pack("<f", float(value)), "little") >> 16  # truncation of the float32 bits
+    if dtype == "bfloat16":  # float32 first (as torch), then round to nearest even on the upper 16 bits
+        f32 = scalar_bits(value, "float32")
+        if (f32 & 0x7F800000) == 0x7F800000 and f32 & 0x007FFFFF:
+            return 0x7FC0  # any NaN: the canonical quiet NaN, as torch gives
+        return ((f32 + 0x7FFF + ((f32 >> 16) & 1)) >> 16) & 0xFFFF
     bits = 8 if dtype == "bool" else int(dtype.lstrip("uint") or 32)
     return int(value) & ((1 << bits) - 1)
 

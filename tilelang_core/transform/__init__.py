@@ -14,6 +14,7 @@ from ..pass_config import PassConfigKey  # TileLang's spelling: tilelang.transfo
 from .common.nan_skipping_minmax import nan_skipping_minmax
 from .common.promote_index_int64 import check_index_extents, promote_index_int64
 from .common.validate_tile_ops import validate_tile_ops
+from .cpu.bf16_scalar_params_cpu import bf16_scalar_params_cpu
 from .cpu.clamp_guarded_loops_cpu import clamp_guarded_loops_cpu
 from .cpu.fast_exp_cpu import fast_exp_cpu
 from .cpu.fp8_cast_cpu import fp8_cast_cpu
@@ -42,6 +43,7 @@ def cpu_passes(vector_bytes: int) -> list[tuple[str, Any]]:
         ("tl.NanSkippingMinMax", nan_skipping_minmax),
         ("tl.FastExpCPU", fast_exp_cpu),
         ("tl.FP8CastCPU", fp8_cast_cpu),
+        ("tl.Bf16ScalarParamsCPU", bf16_scalar_params_cpu),
         ("tl.PromoteIndexInt64", promote_index_int64),
     ]
 
@@ -86,4 +88,4 @@ __all__ = ["cpu_passes", "cuda_passes", "validate_tile_ops", "lower_kernel_grid_
            "lower_parallel_cpu", "split_div_mod_cpu",
            "localize_buffers_cpu", "fast_exp_cpu", "clamp_guarded_loops_cpu",
            "fp8_cast_cpu", "PassConfigKey", "serialize_small_grids_cpu",
-           "check_index_extents", "promote_index_int64", "nan_skipping_minmax"]
+           "check_index_extents", "promote_index_int64", "nan_skipping_minmax", "bf16_scalar_params_cpu"]
