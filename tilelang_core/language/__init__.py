@@ -22,7 +22,17 @@ from .dtypes import SUPPORTED_DTYPES
 from .eager import annotate_compile_flags, annotate_pass_configs, const, empty
 from .gemm import GemmWarpPolicy, gemm
 from .hints import annotate_layout, disable_warp_group_reg_alloc
-from .kernel import Buffer, Kernel, Tensor  # Tensor: T.Tensor(shape, dtype) or T.Tensor[shape, dtype]
+from .kernel import (  # Tensor: T.Tensor(shape, dtype) or T.Tensor[shape, dtype]
+    Buffer,
+    Kernel,
+    Tensor,
+    get_block_binding,
+    get_block_bindings,
+    get_block_extent,
+    get_block_extents,
+    get_thread_extent,
+    get_thread_extents,
+)
 from .logical import all_of, any_of
 from .loops import Parallel, Pipelined, grid, serial, unroll, vectorized
 from .macro import macro
@@ -68,7 +78,9 @@ __all__ = [
     "ceildiv", "max", "min", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "floor", "ceil",
     "cast", "if_then_else", "infinity", "macro",
     "alloc_global", "alloc_reducer", "finalize_reducer", "annotate_layout", "disable_warp_group_reg_alloc",
-    "get_thread_binding", "get_thread_bindings", "reshape", "view", "transpose", "cumsum", "cummax", "clamp",
+    "get_thread_binding", "get_thread_bindings", "get_thread_extent", "get_thread_extents", "get_block_binding",
+    "get_block_bindings", "get_block_extent", "get_block_extents", "reshape", "view", "transpose", "cumsum",
+    "cummax", "clamp",
     "align_up", "all_of", "any_of", "let", "atomic_max", "atomic_min", "atomic_addx2", "atomic_addx4",
     "sync_threads", "reduce",
     "const", "empty", "annotate_pass_configs", "annotate_compile_flags",

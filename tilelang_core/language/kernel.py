@@ -9,6 +9,8 @@ block, or an iteration of a parallel loop on the CPU).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -47,7 +49,70 @@ def Kernel(*grid: Any, threads: Any = 128, is_cpu: bool = False, prelude: str | 
         for i, ext in enumerate(grid):
             ann = {KERNEL_ATTR: ts} if i == 0 else None
             ivs.append(stack.enter_context(_T.thread_binding(ext, thread=_TAGS[i], annotations=ann)))
-        yield ivs[0] if len(ivs) == 1 else tuple(ivs)
+        _LAUNCHES.stack = [*_launches(), _Launch(tuple(grid), tuple(ivs), tuple(ts))]
+        try:
+            yield ivs[0] if len(ivs) == 1 else tuple(ivs)
+        finally:
+            _LAUNCHES.stack = _launches()[:-1]
+
+
+# -- the launch of the enclosing T.Kernel, as TileLang's T.get_block_* / T.get_thread_extent* read it ---------------
+@dataclasses.dataclass(frozen=True)
+class _Launch:
+    grid: tuple[Any, ...]  # extents (ints, or expressions of symbolic sizes)
+    blocks: tuple[Any, ...]  # the block index variables
+    threads: tuple[int, ...]
+
+
+_LAUNCHES = threading.local()  # the T.Kernel frames being parsed on this thread (innermost last)
+
+
+def _launches() -> list[_Launch]:
+    return list(getattr(_LAUNCHES, "stack", []))
+
+
+def _current(name: str, dim: Any) -> _Launch:
+    if dim is not None and (not isinstance(dim, int) or isinstance(dim, bool) or dim not in (0, 1, 2)):
+        raise ValueError(f"T.{name} dim: expected 0, 1 or 2, got {dim!r}")
+    stack = _launches()
+    if not stack:
+        raise ValueError(f"T.{name}: only inside a `with T.Kernel(...)` block (it reads that launch)")
+    return stack[-1]
+
+
+def get_block_binding(dim: int = 0) -> Any:
+    """The block index along ``dim`` (0, 1, 2: blockIdx.x/y/z) of the enclosing ``T.Kernel``; 0 along a dimension
+    the grid does not have."""
+    launch = _current("get_block_binding", dim)
+    return launch.blocks[dim] if dim < len(launch.blocks) else _T.int32(0)
+
+
+def get_block_bindings() -> list[Any]:
+    """The block indices along the three dimensions."""
+    return [get_block_binding(d) for d in range(3)]
+
+
+def get_block_extent(dim: int = 0) -> Any:
+    """The number of blocks along ``dim`` of the enclosing ``T.Kernel`` (an int, or an expression of symbolic
+    sizes); 1 along a dimension the grid does not have."""
+    launch = _current("get_block_extent", dim)
+    return launch.grid[dim] if dim < len(launch.grid) else 1
+
+
+def get_block_extents() -> list[Any]:
+    """The grid's extents along the three dimensions."""
+    return [get_block_extent(d) for d in range(3)]
+
+
+def get_thread_extent(dim: int = 0) -> int:
+    """The ``threads`` of the enclosing ``T.Kernel`` along ``dim`` (1 along a dimension it does not give)."""
+    launch = _current("get_thread_extent", dim)
+    return launch.threads[dim] if dim < len(launch.threads) else 1
+
+
+def get_thread_extents() -> list[int]:
+    """The block's thread counts along the three dimensions."""
+    return [get_thread_extent(d) for d in range(3)]
 
 
 class TensorAnnotation:
