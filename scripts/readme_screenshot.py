@@ -35,6 +35,10 @@ MARK_CELL = """(prefix) => {
 }"""
 
 
+PLOTS_DRAWN = """() => [...document.querySelectorAll('#wb-shot .js-plotly-plot')]
+  .every(g => g._fullLayout && g.data && g.data.length && g.querySelector('.scatterlayer .trace'))"""
+
+
 def shoot(notebook: str, params: str, prefix: str, out: Path, width: int = 1250) -> Path:
     """Run ``notebook`` in JupyterLab and screenshot the output of the first cell starting with ``prefix``."""
     with tempfile.TemporaryDirectory(prefix="wb_shot_") as tmp:
@@ -50,7 +54,9 @@ def shoot(notebook: str, params: str, prefix: str, out: Path, width: int = 1250)
             page.evaluate(MARK_CELL, prefix)
             area = page.locator("#wb-shot .jp-Cell-outputWrapper")
             area.scroll_into_view_if_needed()
-            page.wait_for_timeout(1500)  # plots and highlighting settle
+            # every plot drawn with its own layout (a busy machine can take seconds), then highlighting settles
+            page.wait_for_function(PLOTS_DRAWN, timeout=120_000)
+            page.wait_for_timeout(1500)
             area.screenshot(path=str(out))
     size = out.stat().st_size
     print(f"wrote {out} ({size // 1024} KiB)")
@@ -67,9 +73,10 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TILELANG_CORE_CACHE_DIR", tempfile.mkdtemp(prefix="wb_shot_cache_"))
     if args.only in (None, "summary"):
-        shoot("01_quickstart.ipynb", "size = 512", "%%tilekernel", args.out / "workbench-summary.png")
+        shoot("01_quickstart.ipynb", 'size = 512\ntarget = "auto"', "%%tilekernel", args.out / "workbench-summary.png")
     if args.only in (None, "panel"):
-        shoot("02_tuning.ipynb", 'size = 512\nrows, cols = 2048, 1024\nsweep_grid = "block_M=64,128 block_N=64,128"',
+        shoot("02_tuning.ipynb", 'size = 512\nrows, cols = 2048, 1024\nsweep_grid = "block_M=64,128 block_N=64,128"'
+              '\ntarget = "auto"',
               "%%tilekernel matmul_relu", args.out / "tuning-panel.png")
 
 

@@ -28,6 +28,7 @@ from workbench.check import Timing, compare  # noqa: E402
 from workbench.errors import TileKernelCheckError, TileKernelCompileError  # noqa: E402
 from workbench.explorer import Explorer  # noqa: E402
 from workbench.panel import TuningPanel, known_text  # noqa: E402
+from workbench.plots import log_range  # noqa: E402
 from workbench.status import status_parts  # noqa: E402
 
 FACTORY = '''\
@@ -177,6 +178,8 @@ def test_panel_layout_settings(wk):
         assert fig.layout.legend.yanchor == "bottom" and fig.layout.legend.y >= 1  # above the plot, clear of axes
     assert panel.plots.roofline.layout.xaxis.dtick == 1 and panel.plots.roofline.layout.yaxis.dtick == 1
     assert panel.plots.error.layout.yaxis.dtick == 1
+    lo, hi = log_range([0.25, 1.0])  # a range inside one decade still shows two powers of ten (0.1 and 1)
+    assert lo <= -1 and hi >= 0
 
 
 # -- errors -----------------------------------------------------------------------------------------------------

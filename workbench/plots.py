@@ -56,14 +56,14 @@ def _layout(title: str, xtitle: str, ytitle: str, **extra: Any) -> dict[str, Any
     return layout
 
 
-def log_range(values: Iterable[float], pad: float = 0.3) -> list[float] | None:
-    """A log axis range (log10 units) covering ``values`` and at least one power of ten (so ``dtick=1`` always
-    labels one tick); None without positive values."""
+def log_range(values: Iterable[float], pad: float = 0.15) -> list[float] | None:
+    """A log axis range (log10 units) from the power of ten at or below the smallest of ``values`` to the one at or
+    above the largest, at least one decade (so ``dtick=1`` labels two ticks at least); None without positive values."""
     logs = [math.log10(v) for v in values if v is not None and v > 0 and math.isfinite(v)]
     if not logs:
         return None
-    lo, hi = min(logs), max(logs)
-    lo, hi = min(lo, math.floor(hi)), max(hi, math.ceil(lo))
+    lo = math.floor(min(logs) + 1e-9)
+    hi = max(math.ceil(max(logs) - 1e-9), lo + 1)
     return [lo - pad, hi + pad]
 
 
