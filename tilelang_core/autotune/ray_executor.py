@@ -89,6 +89,7 @@ class RayExecutor(Executor):
         self._refs: dict[Any, tuple[str, int, str]] = {}
         self._actors: dict[str, Any] = {}
         self._busy: dict[str, Any] = {}  # actor name -> ref in flight
+        self._pids: dict[str, Any] = {}  # actor name -> ref of its pid
         self._queue: collections.deque[tuple[str, int, Any, str | None]] = collections.deque()
         self._job: Any = None
         self._job_ref: Any = None
@@ -119,14 +120,16 @@ class RayExecutor(Executor):
         self._serial += 1
         name = f"ray-time-{self._serial}"
         opts = {"num_gpus": 1} if self._gpu else {"num_cpus": 1}
-        self._actors[name] = _remotes()["actor"].options(**opts).remote(self._job_ref, name)
+        actor = _remotes()["actor"].options(**opts).remote(self._job_ref, name)
+        self._actors[name] = actor
+        self._pids[name] = actor.pid.remote()  # asked first: answered before the actor's first measurement
         self.workers[name] = WorkerState(name, TIME)
         return name
 
     def actor_pids(self) -> dict[str, int]:
         """The timing actors' process ids (by worker name)."""
         ray = _ray()
-        return {n: int(ray.get(a.pid.remote())) for n, a in self._actors.items()}
+        return {n: int(ray.get(self._pids[n])) for n in self._actors}
 
     def _kill_actors(self) -> None:
         ray = _ray()
@@ -137,6 +140,7 @@ class RayExecutor(Executor):
                 pass
         self._actors.clear()
         self._busy.clear()
+        self._pids.clear()
 
     # -- tasks ------------------------------------------------------------------------------------------------
     def capacity(self, role: str) -> int:
@@ -215,6 +219,7 @@ class RayExecutor(Executor):
         ray = _ray()
         actor = self._actors.pop(name, None)
         self._busy.pop(name, None)
+        self._pids.pop(name, None)
         if actor is not None:
             try:
                 ray.kill(actor)
