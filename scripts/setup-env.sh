@@ -4,6 +4,7 @@
 #   bash scripts/setup-env.sh              # runtime + dev tools (pytest, ruff)
 #   bash scripts/setup-env.sh --notebook   # ... plus JupyterLab, ipykernel, ipywidgets, nbclient, nbformat
 #   bash scripts/setup-env.sh --browser    # ... plus Playwright (the real-browser test; it drives apt's chromium)
+#   bash scripts/setup-env.sh --ray        # ... plus Ray (the Ray executor of the tuner and its cluster test)
 #   bash scripts/setup-env.sh --force      # reinstall even if the environment looks up to date
 #
 # Steps: python3 -m venv .venv (if missing) -> upgrade pip -> pip install torch==2.13.0 -> pip install -e ".[dev]"
@@ -23,14 +24,16 @@ PYTHON="${PYTHON:-python3}"
 
 want_notebook=0
 want_browser=0
+want_ray=0
 force=0
 for arg in "$@"; do
     case "$arg" in
         --notebook) want_notebook=1 ;;
         --browser) want_browser=1 ;;
+        --ray) want_ray=1 ;;
         --force) force=1 ;;
-        -h|--help) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "setup-env: unknown argument '$arg' (expected --notebook, --browser, --force)" >&2; exit 2 ;;
+        -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "setup-env: unknown argument '$arg' (expected --notebook, --browser, --ray, --force)" >&2; exit 2 ;;
     esac
 done
 
@@ -39,6 +42,7 @@ say() { echo "[setup-env] $*"; }
 extras="dev"
 [ "$want_notebook" = 1 ] && extras="$extras,notebook"
 [ "$want_browser" = 1 ] && extras="$extras,browser"
+[ "$want_ray" = 1 ] && extras="$extras,ray"
 
 hash_inputs() {
     # what the installed environment depends on: the dependency list, this script (torch pin, steps)
@@ -53,6 +57,7 @@ if [ "$force" = 0 ] && [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ]; then
     extras_ok=1
     if [ "$want_notebook" = 1 ] && [[ ",$stamp_extras," != *",notebook,"* ]]; then extras_ok=0; fi
     if [ "$want_browser" = 1 ] && [[ ",$stamp_extras," != *",browser,"* ]]; then extras_ok=0; fi
+    if [ "$want_ray" = 1 ] && [[ ",$stamp_extras," != *",ray,"* ]]; then extras_ok=0; fi
     if [ "$stamp_hash" = "$current_hash" ] && [ "$extras_ok" = 1 ]; then
         # the editable install must point at this checkout (a copied .venv would point elsewhere)
         where="$("$VENV/bin/python" -c 'import os, tilelang_core; print(os.path.dirname(os.path.dirname(tilelang_core.__file__)))' 2>/dev/null || true)"

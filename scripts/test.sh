@@ -5,16 +5,16 @@
 #   bash scripts/test.sh -k cache -x      # arguments are passed on to pytest
 #
 # The kernel cache starts cold: TILELANG_CORE_CACHE_DIR is pointed at a fresh temporary folder (removed at the
-# end) unless it is already set. The notebook and browser extras are installed too: the workbench, notebook and
-# real-browser tests need them (the browser test also needs Debian's chromium, which .ci/run installs; elsewhere,
-# without it, that test is skipped).
+# end) unless it is already set. The notebook, browser and ray extras are installed too: the workbench, notebook,
+# real-browser and Ray-cluster tests need them (the browser test also needs Debian's chromium, which .ci/run
+# installs; elsewhere, without it, that test is skipped).
 # pytest's exit code 5 ("no tests collected") counts as success; every other failure is passed on.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-bash "$ROOT/scripts/setup-env.sh" --notebook --browser
+bash "$ROOT/scripts/setup-env.sh" --notebook --browser --ray
 
 # shellcheck disable=SC1091
 . "$ROOT/.venv/bin/activate"

@@ -251,6 +251,7 @@ class LocalExecutor(Executor):
                 continue
             if p.alive() and got_id is None and h is p.conn:
                 continue  # spurious wake-up
+            p.process.join(JOIN_TIMEOUT_S)  # its pipe closes a moment before it can be reaped
             code = p.process.exitcode
             p.task = None
             events.append(Event(kind, task_id, p.name, lost=True,

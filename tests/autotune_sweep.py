@@ -1,0 +1,87 @@
+"""The sweep the executor tests share (tests/test_autotune_local_executor.py, tests/test_autotune_ray.py): the
+quickstart GEMM at 64^3 over 64 configurations, a hook that SIGKILLs a busy worker of each role mid-sweep, and the
+checks that no result was lost and that every record carries what the database promises."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from tilelang_core.autotune import TuningDB, grid
+from tilelang_core.autotune.executors import COMPILE, TIME
+from tilelang_core.autotune.record import FINAL
+from tilelang_core.quickstart import reference
+
+SHAPES = {"M": 64, "N": 64, "K": 64}
+SPACE = grid(block_M=[8, 16, 32, 64], block_N=[8, 16, 32, 64], block_K=[16, 32], num_stages=[1, 2])
+TIMING = {"warmup": 2.0, "rep": 10.0}
+KILL_AFTER = {COMPILE: 8, TIME: 5}  # tasks done by that role before one of its busy workers is killed
+
+
+def deadly_reference(a: Any, b: Any) -> Any:
+    """A reference that kills the process computing it (a config that takes its timing worker down)."""
+    os._exit(7)
+
+
+class Killer:
+    """``on_progress`` hook: once ``KILL_AFTER[role]`` tasks of a role are done, SIGKILL one busy worker of that
+    role (found by ``busy_pid(executor, role)``), once per role."""
+
+    def __init__(self, busy_pid: Callable[[Any, str], int | None]):
+        self.busy_pid = busy_pid
+        self.done: dict[str, int] = {COMPILE: 0, TIME: 0}
+        self.killed: dict[str, int] = {}
+
+    def __call__(self, executor: Any) -> None:
+        for role in (COMPILE, TIME):
+            done = sum(w.done for w in executor.workers.values() if w.role == role)
+            if role in self.killed or done < KILL_AFTER[role]:
+                continue
+            pid = self.busy_pid(executor, role)
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+                self.killed[role] = pid
+
+
+def check_complete(result: Any, db: TuningDB, executor: str) -> None:
+    """Every configuration has exactly one passing measurement (none lost), the dead workers' tasks were retried,
+    and the records carry worker, device, clocks and spread; finalists re-timed; the best kernel is right."""
+    assert result.executor == executor and not result.cancelled
+    assert len(result.measurements) == len(SPACE)
+    got = sorted(tuple(m.config[k] for k in SPACE[0]) for m in result.measurements)
+    assert got == sorted(tuple(c.values()) for c in SPACE)
+    bad = [m.describe() for m in result.measurements if not m.ok]
+    assert not bad, bad
+    assert result.lost >= 2 and result.retried >= 2  # one compile task and one timing task lost, both retried
+    assert any(m.attempts == 2 for m in result.measurements)
+    rows = db.query("matmul_relu", device=None, sweep=result.sweep)
+    sweep_rows = [r for r in rows if r.stage != FINAL]
+    assert len(sweep_rows) == len(SPACE) and len({r.uid for r in rows}) == len(rows)
+    for r in sweep_rows:
+        assert r.worker and r.device and r.runs >= 1 and r.p20_ms <= r.latency_ms <= r.p80_ms
+        assert r.clocks.get("cpu_mhz", 0) > 0 and r.compile_s > 0 and r.passed
+    assert len(result.finals) == 3 and all(f.stage == FINAL and f.ref_ms > 0 for f in result.finals)
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    torch.testing.assert_close(result.best_kernel(a, b), reference(a, b), rtol=1e-4, atol=1e-4)
+
+
+KIND_FIELDS = ("worker", "device", "clocks", "latency_ms", "p20_ms", "p80_ms", "compile_s", "ref_ms", "sweep")
+EXPECTED_KIND = {"n": len(SPACE), "statuses": ["ok"], "fields": sorted(KIND_FIELDS), "finals": 3}
+
+
+def kind_of(result: Any) -> dict[str, Any]:
+    """What every executor's result must look like (:data:`EXPECTED_KIND`): statuses, which fields are filled on
+    every measurement, how many finalists."""
+    return {
+        "n": len(result.measurements),
+        "statuses": sorted({m.status for m in result.measurements}),
+        "fields": sorted(k for k in KIND_FIELDS if all(getattr(m, k) for m in result.measurements)),
+        "finals": len(result.finals),
+    }
+
+
+__all__ = ["SHAPES", "SPACE", "TIMING", "Killer", "check_complete", "kind_of", "deadly_reference", "EXPECTED_KIND"]

@@ -1,0 +1,67 @@
+"""The local executor end to end: the quickstart GEMM over 64 configurations through 2 compile processes and one
+CPU timing process, with one compile worker and the timing worker SIGKILLed mid-sweep (no result lost); a
+configuration that kills its timing worker twice is recorded as failed; Ctrl-C cancels the work in flight."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from autotune_sweep import EXPECTED_KIND, SHAPES, SPACE, TIMING, Killer, check_complete, deadly_reference, kind_of
+
+from tilelang_core.autotune import TuningDB, tune
+from tilelang_core.autotune.executors import COMPILE
+from tilelang_core.autotune.local_executor import LocalExecutor
+from tilelang_core.autotune.record import RUN_ERROR
+from tilelang_core.quickstart import matmul_relu, reference
+
+
+@pytest.fixture(scope="module")
+def executor():
+    ex = LocalExecutor(compile_workers=2)
+    yield ex
+    ex.shutdown()
+
+
+def _busy_pid(ex: LocalExecutor, role: str) -> int | None:
+    busy = [n for n, w in ex.workers.items() if w.role == role and w.busy]
+    return ex.pids(role).get(busy[0]) if busy else None
+
+
+def test_local_sweep_of_64_configs_survives_killed_workers(executor, tmp_path):
+    db = TuningDB(tmp_path / "t.sqlite3")
+    killer = Killer(_busy_pid)
+    result = tune(matmul_relu, SPACE, args=SHAPES, ref=reference, executor=executor, db=db, progress=False,
+                  on_progress=killer, **TIMING)
+    assert set(killer.killed) == {"compile", "time"}  # both really died mid-task
+    check_complete(result, db, "local")
+    assert set(result.workers) == {"compile-0", "compile-1", "time-cpu"}
+    assert executor.workers["time-cpu"].lost == 1
+    assert kind_of(result) == EXPECTED_KIND  # what the Ray executor's sweep must look like too
+
+
+def test_a_config_that_kills_its_timing_worker_twice_is_recorded_as_failed(executor, tmp_path):
+    db = TuningDB(tmp_path / "t.sqlite3")
+    result = tune(matmul_relu, [{"block_M": 32, "block_N": 32, "block_K": 32}], args=SHAPES, ref=deadly_reference,
+                  executor=executor, db=db, progress=False, **TIMING)
+    (m,) = result.measurements
+    assert m.status == RUN_ERROR and "died on both attempts" in m.message and "exit code 7" in m.message
+    assert m.attempts == 2 and result.lost == 2 and result.retried == 1
+    assert [r.status for r in db.query("matmul_relu", device=None)] == [RUN_ERROR]
+
+
+def test_ctrl_c_cancels_the_sweep_and_its_workers(executor, tmp_path):
+    busy: dict[str, int] = {}
+
+    def interrupt(ex: LocalExecutor) -> None:
+        pid = _busy_pid(ex, COMPILE)
+        if pid and not busy:
+            busy[COMPILE] = pid
+            signal.raise_signal(signal.SIGINT)  # what Ctrl-C in the terminal or the notebook's interrupt sends
+
+    space = [{"block_M": 16, "block_N": 16, "block_K": k, "threads": t} for k in (8, 64) for t in (32, 64, 256)]
+    with pytest.raises(KeyboardInterrupt):
+        tune(matmul_relu, space, args=SHAPES, ref=reference, executor=executor, db=tmp_path / "t.sqlite3",
+             progress=False, on_progress=interrupt, **TIMING)
+    assert busy and busy[COMPILE] not in executor.pids().values()  # the busy worker was stopped, not left running
+    assert executor.pending() == 0

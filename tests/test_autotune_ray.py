@@ -1,0 +1,71 @@
+"""The Ray executor end to end on a real local cluster: a head node and one more worker node (real Ray processes on
+this host, started here and stopped after; CPU only), the quickstart GEMM over 64 configurations compiled as Ray
+tasks and timed in a Ray actor, with one compile worker process and the timing actor SIGKILLed mid-sweep: no result
+is lost, and the results are of the same kind as the local executor's."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from autotune_sweep import EXPECTED_KIND, SHAPES, SPACE, TIMING, Killer, check_complete, kind_of
+
+from tilelang_core.autotune import RayExecutor, TuningDB, tune
+from tilelang_core.autotune.executors import COMPILE
+from tilelang_core.quickstart import matmul_relu
+
+ray = pytest.importorskip("ray", reason="Ray is the optional extra '.[ray]' (scripts/setup-env.sh --ray)")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_raylet_start_wait_time_s", "180")  # a busy 2-core CI machine starts raylets slowly
+        # Ray picks this host's own address (node_ip_address="127.0.0.1" made Ray 2.60's nodes time out here)
+        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+        try:
+            c.add_node(num_cpus=1)
+            ray.init(address=c.address, log_to_driver=False)
+            yield c
+        finally:
+            ray.shutdown()
+            c.shutdown()
+
+
+def ray_task_pids(name: str) -> list[int]:
+    """Processes whose title says they run the Ray task ``name`` right now (Ray retitles its workers)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+            except OSError:
+                continue
+            if cmd.startswith(f"ray::{name}"):
+                pids.append(int(entry))
+    return pids
+
+
+def _busy_pid(ex: RayExecutor, role: str) -> int | None:
+    if role == COMPILE:
+        pids = ray_task_pids("_compile")
+        return pids[0] if pids else None
+    busy = [n for n, w in ex.workers.items() if w.role == role and w.busy]
+    return ex.actor_pids().get(busy[0]) if busy else None
+
+
+def test_ray_sweep_of_64_configs_survives_a_killed_worker_and_actor(cluster, tmp_path):
+    assert len([n for n in ray.nodes() if n["Alive"]]) == 2
+    db = TuningDB(tmp_path / "t.sqlite3")
+    killer = Killer(_busy_pid)
+    ex = RayExecutor()
+    result = tune(matmul_relu, SPACE, args=SHAPES, ref=lambda a, b: (a @ b).relu(), executor=ex, db=db,
+                  progress=False, on_progress=killer, **TIMING)  # a lambda reference: Ray ships it
+    assert set(killer.killed) == {"compile", "time"}
+    check_complete(result, db, "ray")
+    compile_workers = {m for m in result.workers if m.startswith("ray:")}
+    assert len(compile_workers) >= 2  # compile tasks ran in several worker processes
+    assert all(m.worker.startswith("ray-time-") for m in result.measurements)
+    assert kind_of(result) == EXPECTED_KIND  # the same kind of result as the local executor's
