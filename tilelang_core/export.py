@@ -102,7 +102,8 @@ def build_meta(kernel: Any, name: str, reference: str | None, library_sha256: st
         "entry": art.entry,
         "target": _jsonable(dict(art.target)),
         "cpu_flags": _loader.isa_flags() if art.target.get("kind") != "cuda" else [],
-        "params": [{"name": p.name, "shape": list(p.shape), "dtype": p.dtype, "kind": getattr(p, "kind", "tensor")}
+        "params": [{"name": p.name, "shape": list(p.shape), "dtype": p.dtype, "kind": getattr(p, "kind", "tensor"),
+                    "strides": list(p.strides) if getattr(p, "strides", None) else None}
                    for p in kernel.params],
         "out_idx": list(kernel.out_idx),
         "config": _jsonable(dict(kernel.config)),

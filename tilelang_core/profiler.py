@@ -224,10 +224,24 @@ class Profiler:
         if self.supply_type is not None:
             from .utils.tensor import make_tensor
 
-            return [make_tensor(shape, self.kernel.params[i].dtype, self.supply_type, g, self.device)
+            made = [make_tensor(shape, self.kernel.params[i].dtype, self.supply_type, g, self.device)
                     for i, shape in zip(self.kernel.in_idx, shapes)]
-        return [random_tensor(shape, self.kernel.params[i].dtype, g, self.device)
-                for i, shape in zip(self.kernel.in_idx, shapes)]
+        else:
+            made = [random_tensor(shape, self.kernel.params[i].dtype, g, self.device)
+                    for i, shape in zip(self.kernel.in_idx, shapes)]
+        return [self._in_layout(self.kernel.params[i], t) for i, t in zip(self.kernel.in_idx, made)]
+
+    @staticmethod
+    def _in_layout(spec: Any, t: Any) -> Any:
+        """``t`` in the memory layout of a ``T.StridedTensor`` parameter (same values), else ``t``."""
+        strides = getattr(spec, "strides", None)
+        if not strides or not hasattr(t, "stride"):
+            return t
+        import torch
+
+        out = torch.empty_strided(tuple(t.shape), tuple(strides), dtype=t.dtype, device=t.device)
+        out.copy_(t)
+        return out
 
     def inputs(self, dynamic_symbolic_constraints: dict[str, int] | None = None) -> list[Any]:
         """The profiler's inputs, drawn once (once per set of symbolic sizes)."""

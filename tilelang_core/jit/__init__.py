@@ -119,7 +119,8 @@ def _param_specs(func: Any) -> list[Any]:
                 for v in tirx.analysis.undefined_vars(s):
                     used.setdefault(v.name, f"{p.name} ({s})")
             shape.append(str(s))
-        specs.append(ParamSpec(p.name, tuple(shape), str(p.dtype)))
+        strides = tuple(int(x) for x in p.strides) if len(p.strides) else None  # a T.StridedTensor's layout
+        specs.append(ParamSpec(p.name, tuple(shape), str(p.dtype), strides=strides))
     missing = sorted(set(used) - bare)
     if missing:
         name = missing[0]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..errors import TileLangCompileError
 from ..runtime.artifact import Artifact, ParamSpec, sha256_file
 from . import cache
 from .kernel import JITKernel
@@ -62,6 +63,11 @@ def compile_cuda(func: Any, specs: list[ParamSpec], outs: list[int], target: dic
                  compile_flags: list[str] | None = None) -> JITKernel:
     from ..pass_config import resolve
 
+    strided = [p for p in specs if getattr(p, "strides", None)]
+    if strided:  # the CUDA lowering's vectorised copies and tensor-core paths assume row-major tensors
+        raise TileLangCompileError(f"kernel parameter {strided[0].name}: a T.StridedTensor with strides "
+                                   f"{list(strided[0].strides)} is supported on the CPU only for now; for CUDA pass a "
+                                   "contiguous tensor (T.Tensor) (docs/compat.md)", stage="tl.CheckStridesCUDA")
     opts = resolve(pass_configs)
     t0 = time.perf_counter()
     key = cache.disk_key(func.script(), outs, target, opts, toolchain(target, opts, compile_flags))

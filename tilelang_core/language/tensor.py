@@ -7,8 +7,12 @@
   declared, and the program failed TVM's well-formedness check ("Program is not well-formed") pointing at the
   decorator; a view is a ``DeclBuffer`` on the same data (:func:`view_of`), which both backends lower like any
   buffer;
-* ``T.StridedTensor(shape, strides, dtype)``: accepted when the strides are the contiguous (row-major) ones; other
-  strides are refused at the user's line, because the runtime passes and checks contiguous tensors only.
+* ``T.StridedTensor(shape, strides, dtype)``: a parameter in a given memory layout (a column slice ``x[:, :64]``,
+  a transpose ``x.t()``), read and written in place. Constant positive strides: the buffer carries them, TVM's
+  flattening builds every offset from them, the runtime checks that a call's tensor has exactly these strides and
+  allocates ``out_idx`` outputs in that layout. The contiguous strides give a plain ``T.Tensor``. CPU only for now
+  (the CUDA lowering's vectorised and tensor-core paths assume row-major tensors: a compile error there); symbolic
+  strides are refused at the user's line.
 """
 
 from __future__ import annotations
@@ -57,28 +61,38 @@ def _row_major(shape: tuple) -> list[Any]:
 
 
 def StridedTensor(shape: Any, strides: Any = None, dtype: Any = "float32") -> Any:  # noqa: N802 (TileLang spelling)
-    """A tensor parameter with explicit strides; only the contiguous strides are supported here."""
+    """A tensor parameter with explicit element strides (constant positive ints; see the module docstring)."""
     import tvm
 
     from ._sizes import shape_value
     from .kernel import Tensor
 
     shape_t = shape_value(shape, "T.StridedTensor shape")
-    if strides is not None:
-        given = list(strides) if isinstance(strides, (list, tuple)) else [strides]
-        if len(given) != len(shape_t):
-            raise ValueError(f"T.StridedTensor strides: expected {len(shape_t)} strides for shape {list(shape_t)}, "
-                             f"got {given}")
-        want = _row_major(shape_t)
-        ana = tvm.sym.Analyzer()
-        for g, w in zip(given, want):
-            ok = g == w if isinstance(g, int) and isinstance(w, int) else ana.can_prove_equal(g, w)
-            if not ok:
-                msg = (f"T.StridedTensor strides {given}: only the contiguous (row-major) strides {want} are "
-                       "supported here (the runtime passes contiguous tensors; see docs/compat.md); pass a "
-                       "contiguous tensor and index it as the strides would")
-                from .dtypes import ANNOTATION_ERRORS
+    if strides is None:
+        return Tensor(shape_t, dtype)
 
-                ANNOTATION_ERRORS.last = (msg, "StridedTensor(")  # reported at its line under PEP 563 (see jit)
-                raise ValueError(msg)
-    return Tensor(shape_t, dtype)
+    def refuse(msg: str) -> None:
+        from .dtypes import ANNOTATION_ERRORS
+
+        ANNOTATION_ERRORS.last = (msg, "StridedTensor(")  # reported at its line under PEP 563 (see jit)
+        raise ValueError(msg)
+
+    given = list(strides) if isinstance(strides, (list, tuple)) else [strides]
+    if len(given) != len(shape_t):
+        refuse(f"T.StridedTensor strides: expected {len(shape_t)} strides for shape {list(shape_t)}, got {given}")
+    want = _row_major(shape_t)
+    ana = tvm.sym.Analyzer()
+    if all((g == w) if isinstance(g, int) and isinstance(w, int) else ana.can_prove_equal(g, w)
+           for g, w in zip(given, want)):
+        return Tensor(shape_t, dtype)  # the contiguous layout: a plain tensor
+    ints = []
+    for g in given:
+        try:
+            v = int(g)  # an int or an integer constant
+        except TypeError:
+            v = None
+        if v is None or isinstance(g, bool) or v <= 0:
+            refuse(f"T.StridedTensor strides {given}: expected constant positive ints (symbolic strides are not "
+                   f"supported here; see docs/compat.md), got {g!r}")
+        ints.append(v)
+    return Tensor(shape_t, dtype, strides=tuple(ints))

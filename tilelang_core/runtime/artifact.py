@@ -22,12 +22,14 @@ FORMAT_VERSION = 1
 class ParamSpec:
     """One kernel parameter: a tensor (``kind="tensor"``) of a shape and dtype, or a scalar (``kind="scalar"``,
     ``n: T.int32``; shape ``()``). A symbolic size is the symbol's name (``"m"``) or an integer expression of
-    symbols as TVM prints it (``"m * 2"``); the runtime binds it from the tensors a call passes."""
+    symbols as TVM prints it (``"m * 2"``); the runtime binds it from the tensors a call passes. ``strides``: the
+    element strides a ``T.StridedTensor`` declares (None: contiguous, row-major)."""
 
     name: str
     shape: tuple[int | str, ...]
     dtype: str
     kind: str = "tensor"
+    strides: tuple[int, ...] | None = None
 
     def __str__(self) -> str:
         if self.kind == "scalar":
@@ -91,7 +93,8 @@ def load_artifact(path: Path, verify: bool = True) -> Artifact:
         meta = json.loads((path / "meta.json").read_text())
         if meta.pop("format_version", None) != FORMAT_VERSION:
             raise ValueError("unknown artifact format version")
-        meta["params"] = [ParamSpec(p["name"], tuple(p["shape"]), p["dtype"], p.get("kind", "tensor"))
+        meta["params"] = [ParamSpec(p["name"], tuple(p["shape"]), p["dtype"], p.get("kind", "tensor"),
+                                    tuple(p["strides"]) if p.get("strides") else None)
                           for p in meta["params"]]
         art = Artifact(path=path, **meta)
     except (OSError, ValueError, KeyError, TypeError) as e:

@@ -18,6 +18,7 @@ from .exported import (
     force_backend_hooks,
     has_symbols,
     is_scalar,
+    new_output,
     output_shape,
     torch_dtype,
 )
@@ -49,17 +50,18 @@ class KernelCallable:
 
     def check_args(self, values: list[Any]) -> list[Any]:
         """All arguments checked: a fast path for the common case (a contiguous CPU torch tensor of exactly the
-        expected dtype and shape), the detailed check — and its error message — otherwise."""
+        expected dtype and shape, for a plain ``T.Tensor``), the detailed check — and its error message — otherwise."""
         fast = getattr(self, "_fast", None)
         if fast is None:
             import torch
 
-            fast = self._fast = (torch.Tensor, [(torch_dtype(p.dtype), tuple(p.shape)) for p in self.params])
+            fast = self._fast = (torch.Tensor, [(torch_dtype(p.dtype), tuple(p.shape), not getattr(p, "strides", None))
+                                                for p in self.params])
         tensor_type, expected = fast
         out = list(values)
-        for i, (v, (dt, shape)) in enumerate(zip(values, expected)):
-            if not (type(v) is tensor_type and v.dtype is dt and v.shape == shape and v.device.type == self.device
-                    and v.is_contiguous() and not v.is_neg()):
+        for i, (v, (dt, shape, plain)) in enumerate(zip(values, expected)):  # plain: not a T.StridedTensor
+            if not (plain and type(v) is tensor_type and v.dtype is dt and v.shape == shape
+                    and v.device.type == self.device and v.is_contiguous() and not v.is_neg()):
                 out[i] = self.check_arg(self.params[i], v)
         return out
 
@@ -67,9 +69,7 @@ class KernelCallable:
         return check_tensor(spec, value, self.device)
 
     def alloc_outputs(self) -> list[Any]:
-        import torch
-
-        return [torch.empty(self.params[i].shape, dtype=torch_dtype(self.params[i].dtype)) for i in self.out_idx]
+        return [new_output(self.params[i], self.params[i].shape, "cpu") for i in self.out_idx]
 
     def bind(self, args: tuple) -> tuple[list[Any], list[Any], dict[str, int]] | None:
         """Arguments of a kernel with scalar parameters or symbolic sizes: every one checked (scalars as Python
@@ -85,8 +85,7 @@ class KernelCallable:
             if self.device == "cuda":
                 dev = next((v.device for v in checked.values() if hasattr(v, "device")),
                            torch.device("cuda", torch.cuda.current_device()))
-            outs = [torch.empty(output_shape(self.params[i], symbols), dtype=torch_dtype(self.params[i].dtype),
-                                device=dev) for i in self.out_idx]
+            outs = [new_output(self.params[i], output_shape(self.params[i], symbols), dev) for i in self.out_idx]
             checked.update(zip(self.out_idx, outs))
         elif len(args) == n_all and self.out_idx:
             checked, symbols = bind_arguments(self.params, dict(enumerate(args)), self.device)

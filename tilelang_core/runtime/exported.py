@@ -297,9 +297,15 @@ def check_tensor(spec: Any, value: Any, device: str, shape: Any = None) -> Any:
         raise ValueError(f"argument {spec.name!r}: expected shape {list(want)}{spelled}, got {list(value.shape)}")
     if value.device.type != device:
         raise ValueError(f"argument {spec.name!r}: expected a tensor on {device}, got one on {value.device}")
-    if not value.is_contiguous():
+    strides = getattr(spec, "strides", None)
+    if strides:  # a T.StridedTensor: exactly the declared layout (the kernel's offsets are built from it)
+        if tuple(value.stride()) != tuple(strides):
+            raise ValueError(f"argument {spec.name!r}: expected strides {list(strides)} (its T.StridedTensor), got "
+                             f"{list(value.stride())} for shape {list(value.shape)}")
+    elif not value.is_contiguous():
         raise ValueError(f"argument {spec.name!r}: expected a contiguous tensor, got strides {list(value.stride())}"
-                         f" for shape {list(value.shape)} (call .contiguous() first)")
+                         f" for shape {list(value.shape)} (call .contiguous() first, or declare the parameter "
+                         "T.StridedTensor(shape, strides, dtype) to read this layout in place; CPU)")
     if value.is_neg():  # the kernel reads the raw memory: the lazy sign would be lost (or, for an output, kept)
         raise ValueError(f"argument {spec.name!r}: got a lazily negated view (its negative bit is set, e.g. "
                          f"torch._neg_view); call .resolve_neg() first")
@@ -502,11 +508,12 @@ def launch_grid(grid: Any, symbols: dict[str, int]) -> tuple[int, ...]:
 
 def check_no_overlap(params: Any, tensors: list[Any], out_idx: list[int]) -> None:
     """``ValueError`` naming both parameters when a caller's output tensor shares memory with another argument: the
-    kernel would overwrite values it still has to read (torch refuses such ``out=`` arguments too). Arguments are
-    already checked contiguous, so each occupies ``[data_ptr, data_ptr + nbytes)``."""
+    kernel would overwrite values it still has to read (torch refuses such ``out=`` arguments too). Each argument
+    occupies ``[data_ptr, data_ptr + extent)``, the extent reaching its last element (a strided view's span covers
+    the gaps its strides leave)."""
     spans = []
     for t in tensors:
-        n = t.numel() * t.element_size()
+        n = (1 + sum((d - 1) * s for d, s in zip(t.shape, t.stride()))) * t.element_size() if t.numel() else 0
         spans.append((t.data_ptr(), t.data_ptr() + n) if n else None)
     for o in out_idx:
         so = spans[o]
@@ -518,6 +525,17 @@ def check_no_overlap(params: Any, tensors: list[Any], out_idx: list[int]) -> Non
                 raise ValueError(f"argument {params[o].name!r} (an output) overlaps {role} {params[i].name!r} in "
                                  f"memory: the kernel would overwrite values it still reads; pass a separate "
                                  f"output tensor (or clone the input)")
+
+
+def new_output(spec: Any, shape: Any, device: Any) -> Any:
+    """An uninitialised output tensor for parameter ``spec``: contiguous, or in its ``T.StridedTensor`` layout."""
+    import torch
+
+    dt = torch_dtype(spec.dtype)
+    strides = getattr(spec, "strides", None)
+    if strides:
+        return torch.empty_strided(tuple(shape), tuple(strides), dtype=dt, device=device)
+    return torch.empty(tuple(shape), dtype=dt, device=device)
 
 
 def alignment_for(device: str, element_size: int) -> int:
@@ -553,11 +571,12 @@ class Param:
     """One kernel parameter: name, shape (ints, and symbol names for symbolic sizes), dtype, kind ("tensor" or
     "scalar")."""
 
-    def __init__(self, name: str, shape: list[Any], dtype: str, kind: str = "tensor"):
+    def __init__(self, name: str, shape: list[Any], dtype: str, kind: str = "tensor", strides: Any = None):
         self.name = name
         self.shape = tuple(shape)
         self.dtype = dtype
         self.kind = kind
+        self.strides = tuple(strides) if strides else None  # a T.StridedTensor's declared element strides
 
     def __repr__(self) -> str:
         if self.kind == "scalar":
@@ -573,7 +592,8 @@ class ExportedKernel:
         self.meta = meta
         self.name: str = meta["name"]
         self.entry: str = meta["entry"]
-        self.params = [Param(p["name"], p["shape"], p["dtype"], p.get("kind", "tensor")) for p in meta["params"]]
+        self.params = [Param(p["name"], p["shape"], p["dtype"], p.get("kind", "tensor"), p.get("strides"))
+                       for p in meta["params"]]
         self._bound = has_symbols(self.params)  # scalars or symbolic sizes: arguments go through bind_arguments
         n = len(self.params)
         self.out_idx = sorted(i % n for i in meta["out_idx"])
@@ -618,8 +638,7 @@ class ExportedKernel:
         import torch
 
         dev = device or (torch.device("cuda", torch.cuda.current_device()) if self.device == "cuda" else "cpu")
-        return [torch.empty(self.params[i].shape, dtype=torch_dtype(self.params[i].dtype), device=dev)
-                for i in self.out_idx]
+        return [new_output(self.params[i], self.params[i].shape, dev) for i in self.out_idx]
 
     def _call_bound(self, args: tuple) -> Any:
         """A call of a kernel with scalar parameters or symbolic sizes (see :func:`bind_arguments`)."""
@@ -631,8 +650,7 @@ class ExportedKernel:
             dev = next((v.device for v in checked.values() if hasattr(v, "device")), None)
             dev = dev if self.device == "cuda" and dev is not None else \
                 (torch.device("cuda", torch.cuda.current_device()) if self.device == "cuda" else "cpu")
-            outs = [torch.empty(output_shape(self.params[i], symbols), dtype=torch_dtype(self.params[i].dtype),
-                                device=dev) for i in self.out_idx]
+            outs = [new_output(self.params[i], output_shape(self.params[i], symbols), dev) for i in self.out_idx]
             checked.update(zip(self.out_idx, outs))
         elif len(args) == n_all and self.out_idx:
             checked, symbols = bind_arguments(self.params, dict(enumerate(args)), self.device)
