@@ -176,3 +176,16 @@ def test_a_stopped_sweep_resumes_where_it_left_off(tmp_path):
     other = tune(add_one, space, args={"M": 64, "N": 16}, ref=plus_one, workers=0, db=db, progress=False,
                  warmup=1, rep=5, resume=True)  # other fixed arguments: another sweep, nothing to resume
     assert other.resumed == 0 and other.sweep != first.sweep and len(other.measurements) == 4
+
+
+def test_an_unpicklable_reference_keeps_the_default_sweep_in_this_process():
+    from tilelang_core.autotune.tuner import _choose_executor
+
+    ref = factory_ref(add_one)
+    assert _choose_executor(None, 2, ref, 4, (lambda x: x + 1, None)) == "inline"  # a lambda cannot be pickled
+    chosen = _choose_executor(None, 2, ref, 4, (plus_one, None))
+    assert isinstance(chosen, LocalExecutor) and chosen.compile_workers == 2 and not chosen.pids()  # none started
+    assert _choose_executor(None, 0, ref, 4, (plus_one, None)) == "inline"  # workers=0: this process
+    with pytest.raises(ValueError, match="executor='local': the reference and inputs must be picklable"):
+        tune(add_one, {"block_M": [8, 16]}, args={"M": 32, "N": 32}, ref=lambda x: x + 1, executor="local",
+             db=False, progress=False)

@@ -176,7 +176,7 @@ def tune(factory: Any, configs: Any, *, args: dict[str, Any] | None = None, ref:
     previous = _previous(database, kname, source_hash, skey) if resume else {}
     known = {i: previous[_canon_config(bases[i].config)] for i in bases if _canon_config(bases[i].config) in previous}
     todo = {i: calls[i] for i in range(len(calls)) if i not in known}
-    ex = _choose_executor(executor, workers, ref_spec, len(todo))
+    ex = _choose_executor(executor, workers, ref_spec, len(todo), (ref, inputs))
     n_workers = _worker_count(workers, len(todo), ref_spec) if ex == "inline" else 0
     result = TuneResult(kernel=kname, args=fixed, compiled_in="workers" if n_workers or ex != "inline" else "process",
                         _jit=jf, tuned=list(dict.fromkeys(k for c in cfgs for k in c)), sweep=skey,
@@ -227,10 +227,20 @@ def _previous(database: TuningDB | None, kname: str, source_hash: str, skey: str
     return out
 
 
-def _choose_executor(executor: Any, workers: int | None, ref_spec: Any, n: int) -> Any:
-    """The executor for this sweep: ``"inline"`` or an :class:`~.executors.Executor`."""
+def _picklable(value: Any) -> bool:
+    try:
+        pickle.dumps(value)
+    except Exception:  # noqa: BLE001 - a lambda, a closure, an open handle, ...
+        return False
+    return True
+
+
+def _choose_executor(executor: Any, workers: int | None, ref_spec: Any, n: int, shipped: Any) -> Any:
+    """The executor for this sweep: ``"inline"`` or an :class:`~.executors.Executor`. Unasked (None), the local
+    executor when the factory, the reference and the inputs can reach its processes, else the inline path."""
     if executor is None:
-        if workers == 0 or ref_spec is None or n < 2 or not workers_mod.main_is_guarded():
+        if (workers == 0 or ref_spec is None or n < 2 or not workers_mod.main_is_guarded()
+                or not _picklable(shipped)):
             return "inline"
         executor = "local"
     ex = executors.resolve(executor, workers)
