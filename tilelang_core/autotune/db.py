@@ -23,6 +23,7 @@ merged with :meth:`TuningDB.merge` — is kept once. Schema version 2 added ``ui
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sqlite3
@@ -303,7 +304,8 @@ class TuningDB:
         :meth:`query`), for one version of its source when ``source_hash`` is given (a factory implies its own).
 
         Only configurations that ran and matched the reference (or had none) count. A configuration measured more
-        than once is ranked by the median of its measurements; the newest measurement of the winner is returned.
+        than once is ranked by the median of its measurements; the newest measurement of the winner is returned,
+        with that median and the count on ``ranked_ms`` / ``ranked_runs`` (``describe()`` shows them).
         """
         rows = [m for m in self.query(kernel, shapes, target, device, source_hash=source_hash) if m.ok]
         by_config: dict[str, list[Measurement]] = {}
@@ -312,7 +314,8 @@ class TuningDB:
         if not by_config:
             return None
         ranked = min(by_config.values(), key=lambda ms: statistics.median(m.latency_ms for m in ms))
-        return ranked[-1]
+        return dataclasses.replace(ranked[-1], ranked_ms=float(statistics.median(m.latency_ms for m in ranked)),
+                                   ranked_runs=len(ranked))
 
     def kernels(self) -> list[str]:
         """Names of every kernel with measurements."""

@@ -125,6 +125,10 @@ class Measurement:
     stage: str = ""  # "" (timed once), PRUNED (early-stopped) or FINAL (finalist re-timed with the reference)
     attempts: int = 1  # 2: its first worker died with it in flight and it was retried elsewhere
     resources: dict[str, Any] = field(default_factory=dict)  # CUDA: KernelResources.to_dict() (regs, spills, ...)
+    # set by TuningDB.best() (not stored): the median of this configuration's measurements that ranked it, over how
+    # many; describe() shows it instead of this one run's latency
+    ranked_ms: float | None = None
+    ranked_runs: int = 0
 
     @property
     def ok(self) -> bool:
@@ -164,8 +168,12 @@ class Measurement:
             return f"{label}: compile error: {self.message}"
         if self.status == RUN_ERROR:
             return f"{label}: failed to run: {self.message}"
-        rate = self.rate()
-        text = f"{label}: {self.latency_ms:.4f} ms" if self.latency_ms is not None else label
+        if self.ranked_ms is not None:
+            rate = self.rate(self.ranked_ms)
+            text = f"{label}: median {self.ranked_ms:.4f} ms of {self.ranked_runs} measurement(s)"
+        else:
+            rate = self.rate()
+            text = f"{label}: {self.latency_ms:.4f} ms" if self.latency_ms is not None else label
         if rate is not None:
             text += f" ({rate:.1f} {self.unit})"
         if self.max_rel is not None:
