@@ -64,6 +64,7 @@ def _acquire(path: Path, wait_seconds: float) -> int | None:
     delay = 0.005
     while True:
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)  # an empty cache has no kernels folder yet
             fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
         except OSError:
             return None  # a read-only or vanished cache folder: compile unlocked
