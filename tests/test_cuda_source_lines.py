@@ -110,3 +110,31 @@ def test_on_sm80_the_gemm_line_is_hmma_from_the_fused_mainloop():
     gemm = instruction_mix(listing.of(line_of("gemm"), __file__))
     assert gemm["HMMA"] > 0 and gemm["HGMMA"] == 0  # mma.sync (tl::pipe_gemm_step), no wgmma on sm_80
     assert instruction_mix(listing.of(line_of("copy_b"), __file__))["LDGSTS"] > 0
+
+
+def row_norm(M, N, block_M=8):
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(M, block_M), threads=128) as bx:
+            sq = T.alloc_fragment((block_M, N), "float32")
+            ss = T.alloc_fragment((block_M,), "float32")
+            for i, j in T.Parallel(block_M, N):
+                sq[i, j] = X[bx * block_M + i, j] * X[bx * block_M + i, j]  # line:square
+            T.reduce_sum(sq, ss, dim=1)  # line:reduce
+            for i, j in T.Parallel(block_M, N):
+                Y[bx * block_M + i, j] = X[bx * block_M + i, j] * T.rsqrt(ss[i] / N + 1e-6)  # line:scale
+    return main
+
+
+@needs_nvdisasm
+def test_a_reduction_and_vectorised_parallel_loops_keep_their_lines():
+    lined = tl.compile(row_norm(256, 1024), target="cuda", pass_configs=LINEINFO)
+    listing = lined.code_by_line("sass")
+    ops = {tag: {i.opcode for i in listing.of(line_of(tag), __file__)} for tag in ("square", "reduce", "scale")}
+    assert "SHFL" in ops["reduce"]  # the cross-thread reduction (tl::block_allreduce) is the T.reduce_sum's
+    assert "LDG" in ops["square"]  # the vectorised T.Parallel body (float4 loads; ptxas fuses x*x into the sum)
+    assert "STG" in ops["scale"]
+    assert sum(1 for i in listing.instructions if i.user is not None) >= len(listing.instructions) - 1
+    plain = tl.compile(row_norm(256, 1024), target="cuda")
+    other = sass_by_line(sass_with_lines(plain.artifact.library_path), "")
+    assert [i.text for i in listing.instructions] == [i.text for i in other.instructions]

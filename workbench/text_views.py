@@ -24,22 +24,22 @@ def _indent(text: str, prefix: str = "    ") -> str:
 
 def kernel_facts(kernel: Any) -> list[str]:
     """The compiler options set for the kernel (``kernel.pass_configs``, when any differ from the defaults), its
-    resources (CUDA: ``kernel.resources()``) and its notes on fast paths not taken (``kernel.notes``), one line
+    notes on fast paths not taken (``kernel.notes``) and its resources (CUDA: ``kernel.resources()``), one line
     each; empty for a plain CPU kernel."""
     lines = []
     cfg = getattr(kernel, "pass_configs", None)
     given = cfg.explicit() if cfg is not None and hasattr(cfg, "explicit") else {}
     if given:
         lines.append("pass_configs: {" + ", ".join(f"{k!r}: {v!r}" for k, v in given.items()) + "}")
+    notes = list(getattr(kernel, "notes", None) or [])
+    if notes:
+        lines.append("fast paths not taken (kernel.notes):")
+        lines += [f"    {n}" for n in notes]
     from .resources import summary_line
 
     res = summary_line(kernel)  # CUDA: registers, spills, shared memory, occupancy
     if res:
         lines += res.split("\n")
-    notes = list(getattr(kernel, "notes", None) or [])
-    if notes:
-        lines.append("fast paths not taken (kernel.notes):")
-        lines += [f"    {n}" for n in notes]
     return lines
 
 

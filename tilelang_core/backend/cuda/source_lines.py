@@ -44,6 +44,8 @@ def mark_source_lines(mod: Any) -> tuple[Any, list[str]]:
     import tvm
     from tvm import tirx
 
+    from ...transform.common.rewriter import first_span
+
     files: list[str] = []
 
     def marker(where: tuple[str, int]) -> Any:
@@ -58,6 +60,8 @@ def mark_source_lines(mod: Any) -> tuple[Any, list[str]]:
             out: list[Any] = []
             for x in s.seq:
                 where = _user_location(getattr(x, "span", None)) if device else None
+                if where is None and device and isinstance(x, tirx.For) and x.kind == tirx.ForKind.VECTORIZED:
+                    where = _user_location(first_span(x.body))  # not entered: its first statement's line
                 if where is not None and where != last[0]:
                     out.append(marker(where))
                     last[0] = where

@@ -156,10 +156,12 @@ def with_span(s: Any, span: Any) -> Any:
     """``s`` rebuilt to carry ``span`` (the user's statement it was lowered from) where it has none, so later
     stages — the CUDA source-line map among them — can still name the user's line. Kinds it cannot rebuild are
     returned as they are."""
-    if s is None or span is None or getattr(s, "span", None) is not None and location_of(s.span) is not None:
+    if s is None or span is None:
         return s
-    if isinstance(s, tirx.SeqStmt):
-        return tirx.SeqStmt([with_span(x, span) for x in s.seq], span=span)
+    if isinstance(s, tirx.SeqStmt):  # a sequence's own span marks no statement: its members need one each
+        return tirx.SeqStmt([with_span(x, span) for x in s.seq], span=s.span if location_of(s.span) else span)
+    if getattr(s, "span", None) is not None and location_of(s.span) is not None:
+        return s
     if isinstance(s, tirx.Evaluate):
         return tirx.Evaluate(s.value, span=span)
     if isinstance(s, tirx.BufferStore):
@@ -169,3 +171,17 @@ def with_span(s: Any, span: Any) -> Any:
     if isinstance(s, tirx.IfThenElse):
         return tirx.IfThenElse(s.condition, s.then_case, s.else_case, span=span)
     return s
+
+
+def first_span(s: Any) -> Any:
+    """The span of the first statement in ``s`` (pre-order) that names a user's line, or None."""
+    import tvm_ffi
+
+    found: list[Any] = []
+
+    def visit(x: Any) -> None:
+        if not found and location_of(getattr(x, "span", None)) is not None:
+            found.append(x.span)
+
+    tvm_ffi.structural_walk(s, [(tirx.Stmt, visit)], order="pre")
+    return found[0] if found else None

@@ -36,7 +36,7 @@ from tvm import tirx
 from ...language._ir import dtype_of
 from ...language.loops import PARALLEL_ATTR
 from ..common.regions import in_bounds_conds, is_global
-from ..common.rewriter import Rewriter, and_all, const_int, make_for, new_var, seq
+from ..common.rewriter import Rewriter, and_all, const_int, first_span, make_for, new_var, seq, with_span
 from .common import (
     find_thread_var,
     is_fragment,
@@ -425,13 +425,14 @@ class LowerParallelCUDA(Rewriter):
                                    f"over the distributed fragment {dist[0].name}; split it into two T.Parallel loops")
                 return s
             return self.lower_over_layout(s, vs, exts_c, body, lay)
+        span = first_span(body) or s.span  # the per-thread code keeps the user's line (source-line builds)
         if per_thread_written:
-            return self.lower_replicated(s, vs, exts_c, body)
+            return with_span(self.lower_replicated(s, vs, exts_c, body), span)
         bufs = [b for b in accessed if tirx.is_buffer_var(b)]
         es = [dtype_bytes(str(b.dtype)) for b in bufs] or [4]
         gs = [dtype_bytes(str(b.dtype)) for b in bufs if is_global(b)]
         lay = FragmentLayout.blocked(exts_c, self.threads, min(gs) if gs else max(es))
-        return self.lower_over_layout(s, vs, exts_c, body, lay)
+        return with_span(self.lower_over_layout(s, vs, exts_c, body, lay), span)
 
     def lower_replicated(self, s: Any, vs: list[Any], exts: list[int], body: Any) -> Any:
         body = self.guard_globals(self.map_fragments(body, vs, None))
