@@ -20,9 +20,12 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAY_raylet_start_wait_time_s", "180")  # a busy 2-core CI machine starts raylets slowly
+        # a kernel cache of its own (Ray's workers inherit it): every configuration is really compiled, so a compile
+        # task is in flight when the test kills one, whatever the session's cache already holds
+        mp.setenv("TILELANG_CORE_CACHE_DIR", str(tmp_path_factory.mktemp("ray_kernel_cache")))
         # Ray picks this host's own address (node_ip_address="127.0.0.1" made Ray 2.60's nodes time out here)
         c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
         try:
