@@ -100,9 +100,9 @@ def test_panel_slider_moved_with_the_keyboard_updates_the_plot(tuning_page):
     page = tuning_page
     panel = page.locator(PANEL)
     panel.scroll_into_view_if_needed()
-    page.wait_for_function(f"() => ({POINTS})() >= 4", timeout=60_000)  # initial, block_M=128, sweep x2
+    page.wait_for_function(f"() => ({POINTS})() >= 4", timeout=180_000)  # initial, block_M=128, sweep x2
     # the status line is redrawn just after the plots: wait for it rather than race it
-    page.wait_for_function(f"() => ({STATUS})().includes('block_M=64')", timeout=60_000)
+    page.wait_for_function(f"() => ({STATUS})().includes('block_M=64')", timeout=180_000)
     before_points = page.evaluate(POINTS)
     before_markers = page.evaluate(MARKERS)
     before_status = page.evaluate(STATUS)
