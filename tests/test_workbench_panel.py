@@ -130,6 +130,7 @@ def test_slider_moves_measure_show_and_cache(wk, db):
     assert panel.plots.error.layout.yaxis.type == "log"
     assert panel.plots.error.layout.shapes[0].y0 == 1.0  # the criterion's limit: |a-b| <= atol + rtol*|b|
     assert all(0 < y <= 1 for y in panel.plots.error.data[1].y)  # both passed: inside their allowance
+    assert "worst element at" in panel.plots.error.data[1].hovertext[0]
 
     # back to the first configuration: shown at once from the session's results, no job
     jobs_before = panel.runner.generation

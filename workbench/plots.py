@@ -72,7 +72,7 @@ def log_range(values: Iterable[float], pad: float = 0.15) -> list[float] | None:
 LOG_AXIS = dict(type="log", dtick=1, exponentformat="power", minor=dict(ticks="inside", showgrid=False))
 
 
-def _points(ms: Iterable[Any], names: list[str], y: Any) -> dict[str, list[Any]]:
+def _points(ms: Iterable[Any], names: list[str], y: Any, note: Any = None) -> dict[str, list[Any]]:
     xs, ys, texts, colors = [], [], [], []
     for m in ms:
         value = y(m)
@@ -80,7 +80,7 @@ def _points(ms: Iterable[Any], names: list[str], y: Any) -> dict[str, list[Any]]
             continue
         xs.append(short_label(m.config, names))
         ys.append(value)
-        texts.append(hover(m, names))
+        texts.append(hover(m, names) + (note(m) if note is not None else ""))
         colors.append(_BLUE if m.ok else _RED)
     return {"x": xs, "y": ys, "hovertext": texts, "colors": colors}
 
@@ -165,9 +165,14 @@ class TuningPlots:
         with self.error.batch_update():
             d = self.error.data
             y = _margin_of(margin)
-            _set(d[0], _points(history, names, y))
-            _set(d[1], _points(session, names, y), colors=True)
-            _set(d[2], _points([current] if current is not None else [], names, y))
+
+            def note(m: Any) -> str:
+                value = margin(m) if margin is not None else None
+                return "" if value is None else f"<br>worst element at {value:.3g}x of atol + rtol\u00b7|b|"
+
+            _set(d[0], _points(history, names, y, note))
+            _set(d[1], _points(session, names, y, note), colors=True)
+            _set(d[2], _points([current] if current is not None else [], names, y, note))
             _hline(self.error, 1.0, "limit: pass \u2264 1", _RED, log=True)
             self.error.layout.yaxis.range = log_range([v for t in d for v in (t.y or ())] + [1.0])
         self._roofline(session, current, best, ceilings)
