@@ -11,7 +11,6 @@ values (``64/64/32/2/128``); a configuration measured once is "cached" and shows
 
 from __future__ import annotations
 
-import statistics
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -217,18 +216,13 @@ class Explorer:
     def best_known(self) -> KnownBest | None:
         """The best configuration in the database for this kernel *source* (a factory of the same name with other
         code does not count), shapes and target on this device, any session: configurations are ranked by the
-        median of their measurements, and that median is what is shown (not one run's latency)."""
+        median of their measurements (``TuningDB.best``), and that median is what is shown (not one run's)."""
         if self.db is None:
             return None
-        rows = [m for m in self.db.query(self.kernel_name, shapes=self.shapes, target=self.target_kind,
-                                         source_hash=self.source_hash) if m.ok]
-        by_config: dict[str, list[Any]] = {}
-        for m in rows:
-            by_config.setdefault(self.key(m.config), []).append(m)
-        if not by_config:
+        m = self.db.best(self.kernel_name, shapes=self.shapes, target=self.target_kind, source_hash=self.source_hash)
+        if m is None:
             return None
-        runs = min(by_config.values(), key=lambda ms: statistics.median(m.latency_ms for m in ms))
-        return KnownBest(runs[-1], float(statistics.median(m.latency_ms for m in runs)), len(runs))
+        return KnownBest(m, float(m.ranked_ms if m.ranked_ms is not None else m.latency_ms), max(m.ranked_runs, 1))
 
     @property
     def known_ceilings(self) -> Any:
