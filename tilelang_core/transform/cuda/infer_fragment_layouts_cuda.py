@@ -227,6 +227,8 @@ class _Collect(Rewriter):
         elif name == "tl.atomic_add":
             if not isinstance(args[1], tvm.ir.TensorRegion):
                 self.exprs(args[1], s.span)
+        elif name == "tl.finalize_reducer":  # every thread keeps a replica of a reducer (reducers_cuda.py)
+            self.needs_rep.setdefault(Region.of(args[0]).buffer, s.span)
         elif name == "tl.print":
             if isinstance(args[0], tvm.ir.TensorRegion):
                 buf = Region.of(args[0]).buffer

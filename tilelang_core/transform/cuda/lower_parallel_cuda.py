@@ -4,9 +4,10 @@ A nest that touches a distributed fragment becomes a loop over the registers the
 thread: register ``r`` stands for element ``coords(threadIdx.x, r)``, so ``C[i, j] = max(C[i, j], 0)`` on an mma
 accumulator is a handful of register operations, with no communication. Other fragments in the nest share that
 layout (the layout pass made sure); replicated fragments are read from the thread's full copy. A nest that only
-writes per-thread tiles runs whole in every thread. A nest over global or shared memory alone is split over
-the threads in coalesced chunks of 16 bytes of its narrowest global tensor (the ``blocked`` layout of its
-iteration domain).
+writes per-thread tiles runs whole in every thread, except that a nest updating a reducer (``T.alloc_reducer``)
+gives each iteration to one thread, which combines into its replica (``reducers_cuda.py``). A nest over global or
+shared memory alone is split over the threads in coalesced chunks of 16 bytes of its narrowest global tensor (the
+``blocked`` layout of its iteration domain).
 
 Global accesses are bounds-checked where a ragged shape can push them out of the tensor (loads give 0, stores are
 skipped). When the whole nest provably stays inside, or a run-time check on the block says so, the nest takes an
@@ -49,6 +50,7 @@ from .common import (
     thread_count,
 )
 from .layouts import FragmentLayout, dtype_bytes, flat_index
+from .reducers_cuda import reducers_of
 
 ForKind = tirx.ForKind
 MAX_PY_UNROLL = 128
@@ -250,6 +252,7 @@ class LowerParallelCUDA(Rewriter):
         self.threads = thread_count(func)
         self.layouts = layouts_of(func)
         self.locals = locals_of(func)
+        self.reducers = reducers_of(func)  # T.alloc_reducer buffers -> op
         self.bind_loop(self.tid, tirx.IntImm("int32", 0), tirx.IntImm("int32", self.threads))
 
     # -- fragment access rewriting --------------------------------------------------------------------------
@@ -408,6 +411,14 @@ class LowerParallelCUDA(Rewriter):
         per_thread_written = [b for b in written if ((is_fragment(b) and not self.layouts[b].distributed)
                                                      or b.scope() in ("local", "local.var"))
                               and not any(b.same_as(p) for p in private)]
+        # a reducer's replica is per-thread, but each iteration must run in one thread only (reducers_cuda.py)
+        updates_reducer = any(_contains(per_thread_written, b) for b in self.reducers)
+        per_thread_written = [b for b in per_thread_written if b not in self.reducers]
+        if updates_reducer and per_thread_written:
+            self.error(s.span, f"T.Parallel updates a reducer and also writes the per-thread tile "
+                               f"{per_thread_written[0].name}; on CUDA a reducer's nest gives each iteration to one "
+                               "thread, so split it into two T.Parallel loops")
+            return s
         if dist:
             lay = self.layouts[dist[0]]
             for b in dist:  # the nest iterates over the 2-D layout; row fragments of it are read per row
@@ -424,8 +435,11 @@ class LowerParallelCUDA(Rewriter):
                 self.error(s.span, f"T.Parallel writes per-thread tile {per_thread_written[0].name} while iterating "
                                    f"over the distributed fragment {dist[0].name}; split it into two T.Parallel loops")
                 return s
-            return self.lower_over_layout(s, vs, exts_c, body, lay)
+            return self.lower_over_layout(s, vs, exts_c, body, lay, scalar=updates_reducer)
         span = first_span(body) or s.span  # the per-thread code keeps the user's line (source-line builds)
+        if updates_reducer:  # split over the threads, one element at a time (lanes could combine into one slot)
+            lay = FragmentLayout.blocked(exts_c, self.threads, 16)
+            return with_span(self.lower_over_layout(s, vs, exts_c, body, lay, scalar=True), span)
         if per_thread_written:
             return with_span(self.lower_replicated(s, vs, exts_c, body), span)
         bufs = [b for b in accessed if tirx.is_buffer_var(b)]
@@ -444,8 +458,9 @@ class LowerParallelCUDA(Rewriter):
             body = make_for(v, e, body, kind, s.span)
         return body
 
-    def lower_over_layout(self, s: Any, vs: list[Any], exts: list[int], body: Any, lay: FragmentLayout) -> Any:
-        vec = lay.vec if lay.kind == "blocked" else 1
+    def lower_over_layout(self, s: Any, vs: list[Any], exts: list[int], body: Any, lay: FragmentLayout,
+                          scalar: bool = False) -> Any:
+        vec = lay.vec if lay.kind == "blocked" and not scalar else 1
         n_regs = lay.num_regs
         force = lay.const_regs
 

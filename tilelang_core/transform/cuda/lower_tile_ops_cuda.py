@@ -26,6 +26,8 @@ and ``T.alloc_var`` buffers).
   owner thread. A leading stage dimension ``tl.PipelineCUDA`` gave a multi-buffered tile is not the user's: the
   call says so (arguments 6 and 7) and ``dim`` applies to the dimensions after it.
 * ``tl.fill``, ``tl.atomic_add`` (``atomicAdd``), ``tl.print`` (``printf`` from thread 0).
+* ``tl.finalize_reducer`` — ``tl::block_allreduce`` of every thread's replica of the reducer (``reducers_cuda.py``;
+  a fill of a sum reducer puts the value in thread 0's replica only).
 
 Global accesses that a ragged shape can push out of bounds are guarded (reads give 0, writes are skipped); a
 guard is left out when the analyzer proves it unnecessary, and a whole tile that is inside its tensor takes an
@@ -67,6 +69,7 @@ from .layouts import (
     swizzle_shift,
     wgmma_chunk_n,
 )
+from .reducers_cuda import ATTR_REDUCERS, check_reducer_writes, fill_value, finalize_stmts, reducers_in
 
 ForKind = tirx.ForKind
 MAX_PY_UNROLL = 128
@@ -112,6 +115,7 @@ class LowerTileOpsCUDA(Rewriter):
         self.in_parallel = 0
         self.atomic_kind = "add"
         self.wgmma_pending = 0  # groups a wgmma T.gemm leaves in flight (tl.PipelineCUDA's attribute)
+        self.reducers = reducers_in(func)  # T.alloc_reducer buffers -> op
 
     # -- memory kinds --------------------------------------------------------------------------------------
     def kind(self, buf: Any) -> str:
@@ -459,6 +463,9 @@ class LowerTileOpsCUDA(Rewriter):
     def _lower_fill(self, s: Any, args: list[Any]) -> Any:
         r = Region.of(args[0])
         value = args[1]
+        if r.buffer in self.reducers:  # a reducer's replicas: the initial value is combined once (reducers_cuda.py)
+            dt = str(r.buffer.dtype)
+            value = fill_value(self.reducers[r.buffer], _cast(value, dt), self.tid, dt)
         k = self.kind(r.buffer)
         dims = squeezed(r, self.ana)
         exts = [const_int(r.extents[d]) for d in dims]
@@ -905,10 +912,9 @@ class LowerTileOpsCUDA(Rewriter):
 
     # -- finalize_reducer ----------------------------------------------------------------------------------
     def _lower_finalize_reducer(self, s: Any, args: list[Any]) -> Any:
-        self.error(s.span, "T.finalize_reducer: TileLang's reducers (T.alloc_reducer) are not supported on CUDA (the "
-                           "CPU backend runs them); accumulate into a fragment tile and combine it with T.reduce_* "
-                           "(see docs/compat.md)")
-        return s
+        # every thread's replica holds partials: all-reduce them over the block (reducers_cuda.py)
+        buf = Region.of(args[0]).buffer
+        return seq(finalize_stmts(self.locals[buf], self.reducers[buf], self.threads), s.span)
 
     # -- use_swizzle (consumed by tl.LowerKernelLaunchCUDA; one left elsewhere does nothing) ------------------
     def _lower_use_swizzle(self, s: Any, args: list[Any]) -> Any:
@@ -956,8 +962,11 @@ def _printf_arg(v: Any) -> tuple[str, Any]:
 
 
 def lower_tile_ops_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    check_reducer_writes(func, reducers_in(func))
     pass_ = LowerTileOpsCUDA(func)
     out = pass_.run(func)
+    if pass_.reducers:  # tl.LowerParallelCUDA gives each iteration of a nest updating one of them to one thread
+        out = out.with_attr(ATTR_REDUCERS, pass_.reducers)
     if pass_.new_swizzle:
         merged = dict(swizzles_of(out))
         merged.update(pass_.new_swizzle)

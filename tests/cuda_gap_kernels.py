@@ -1,0 +1,113 @@
+"""Kernels for the CUDA gaps of issue 18 that the CPU already ran: TileLang's reducers (``T.alloc_reducer`` /
+``T.finalize_reducer``). Shared by tests/test_cuda_reducers.py (nvcc + the CUDA emulator, no GPU) and
+tests/gpu/test_cuda_gaps.py (the same programs on the GPU)."""
+
+from __future__ import annotations
+
+import tilelang_core as tilelang
+import tilelang_core.language as T
+
+
+@tilelang.jit(out_idx=[-1])
+def reducer_rows_from_global(M, N, block_m, op="sum", init=0.0, threads=64, dtype="float32"):
+    """Y[b, j] = init (+ | max | min) over the rows of block b of X[:, j]: a reducer updated straight from global
+    memory (a nest without fragments: its iterations are split over the threads), one block per ``block_m`` rows.
+    ``init`` is the fill value (for a sum it is added once, as on the CPU)."""
+    blocks = T.ceildiv(M, block_m)
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), dtype), Y: T.Tensor((blocks, N), dtype)):
+        with T.Kernel(blocks, threads=threads) as bx:
+            r = T.alloc_reducer((N,), dtype, op=op, replication="all")
+            T.fill(r, init)
+            for i, j in T.Parallel(block_m, N):
+                if bx * block_m + i < M:
+                    if op == "sum":
+                        r[j] += X[bx * block_m + i, j]
+                    elif op == "max":
+                        r[j] = T.max(r[j], X[bx * block_m + i, j])
+                    else:
+                        r[j] = T.min(r[j], X[bx * block_m + i, j])
+            T.finalize_reducer(r)
+            T.copy(r, Y[bx, 0])
+
+    return main
+
+
+@tilelang.jit(out_idx=[-1])
+def reducer_two_updates(M, N, threads=128):
+    """Y[0] = column sums of X twice over (two nests update one reducer), Y[1] = row minima: a fragment source."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((2, N), "float32")):
+        with T.Kernel(1, threads=threads):
+            x = T.alloc_fragment((M, N), "float32")
+            s = T.alloc_reducer((N,), "float32", op="sum")
+            m = T.alloc_reducer((M,), "float32", op="min")
+            T.copy(X, x)
+            T.clear(s)
+            T.fill(m, T.infinity("float32"))
+            for i, j in T.Parallel(M, N):
+                s[j] += x[i, j]
+            for i, j in T.Parallel(M, N):
+                s[j] = s[j] + x[i, j]
+                m[i] = T.min(m[i], x[i, j])
+            T.finalize_reducer(s)
+            T.finalize_reducer(m)
+            T.copy(s, Y[0, 0])
+            T.copy(m, Y[1, 0])
+
+    return main
+
+
+@tilelang.jit(out_idx=[-1])
+def reducer_bad_update(N):
+    """A reducer overwritten (not combined into) inside T.Parallel: a located error on CUDA."""
+
+    @T.prim_func
+    def main(X: T.Tensor((N,), "float32"), Y: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=32):
+            r = T.alloc_reducer((N,), "float32", op="sum")
+            T.clear(r)
+            for j in T.Parallel(N):
+                r[j] = X[j] * 2.0
+            T.finalize_reducer(r)
+            T.copy(r, Y)
+
+    return main
+
+
+@tilelang.jit(out_idx=[-1])
+def reducer_written_outside_parallel(N):
+    """A reducer updated by a plain loop every thread runs: a located error on CUDA."""
+
+    @T.prim_func
+    def main(X: T.Tensor((N,), "float32"), Y: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=32):
+            r = T.alloc_reducer((N,), "float32", op="sum")
+            T.clear(r)
+            for j in T.serial(N):
+                r[j] += X[j]
+            T.finalize_reducer(r)
+            T.copy(r, Y)
+
+    return main
+
+
+@tilelang.jit(out_idx=[-1])
+def reducer_and_local_in_one_nest(N):
+    """One T.Parallel nest updating a reducer and writing a per-thread tile: a located error on CUDA."""
+
+    @T.prim_func
+    def main(X: T.Tensor((N,), "float32"), Y: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=32):
+            r = T.alloc_reducer((N,), "float32", op="sum")
+            t = T.alloc_local((N,), "float32")
+            T.clear(r)
+            for j in T.Parallel(N):
+                r[j] += X[j]
+                t[j] = X[j]
+            T.finalize_reducer(r)
+            T.copy(r, Y)
+
+    return main

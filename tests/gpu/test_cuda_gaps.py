@@ -1,0 +1,49 @@
+"""Issue 18's CUDA gaps on the GPU: TileLang's reducers (``T.alloc_reducer`` / ``T.finalize_reducer``) compiled
+through ``@jit(target="cuda")``, run with poisoned outputs, against torch and the CPU build.
+
+Written without a GPU and not yet run on one (the CUDA side is checked by tests/test_cuda_reducers.py: nvcc and
+the CUDA emulator); run with ``bash bench/gpu/test_suite.sh -k cuda_gaps`` on the GPU host."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from .conftest import assert_written_and_close, cpu, cuda, randn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import compat_ops_kernels as ops  # noqa: E402
+import cuda_gap_kernels as gaps  # noqa: E402
+
+
+def test_reducer_over_a_distributed_fragment():
+    x = randn(64, 64)
+    y = cuda(ops.reducer_sums)(64, 64)(x)
+    assert_written_and_close(y[0], x.sum(0), 1e-5, 1e-4)
+    assert_written_and_close(y[1], x.amax(1), 0, 0)
+
+
+@pytest.mark.parametrize("op,init", [("sum", 0.5), ("max", -float("inf")), ("min", float("inf"))])
+@pytest.mark.parametrize("threads", [32, 128, 256])
+def test_reducer_from_global_memory_many_blocks(op, init, threads):
+    x = randn(1000, 64)
+    y = cuda(gaps.reducer_rows_from_global)(1000, 64, 64, op, init, threads)(x)
+    ref = cpu(gaps.reducer_rows_from_global)(1000, 64, 64, op, init, threads)(x.cpu())
+    assert_written_and_close(y, ref, 1e-5, 1e-4)
+
+
+def test_two_nests_update_one_reducer():
+    x = randn(32, 64)
+    y = cuda(gaps.reducer_two_updates)(32, 64)(x)
+    assert_written_and_close(y[0], 2 * x.sum(0), 1e-5, 1e-4)
+    assert_written_and_close(y[1, :32], x.amin(1), 0, 0)
+
+
+def test_reducer_in_float16():
+    x = randn(128, 32, dtype=torch.float16)
+    y = cuda(gaps.reducer_rows_from_global)(128, 32, 128, "max", -float("inf"), 128, "float16")(x)
+    assert_written_and_close(y[0], x.amax(0), 0, 0)
