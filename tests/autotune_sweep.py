@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,12 +15,20 @@ import torch
 from tilelang_core.autotune import TuningDB, grid
 from tilelang_core.autotune.executors import COMPILE, TIME
 from tilelang_core.autotune.record import FINAL
-from tilelang_core.quickstart import reference
+from tilelang_core.quickstart import matmul_relu, reference
 
 SHAPES = {"M": 64, "N": 64, "K": 64}
 SPACE = grid(block_M=[8, 16, 32, 64], block_N=[8, 16, 32, 64], block_K=[16, 32], num_stages=[1, 2])
 TIMING = {"warmup": 2.0, "rep": 10.0}
 KILL_AFTER = {COMPILE: 8, TIME: 5}  # tasks done by that role before one of its busy workers is killed
+
+
+def hanging_gemm(M: int, N: int, K: int, block_M: int = 16, block_N: int = 16, block_K: int = 16,
+                 hang: int = 0) -> Any:
+    """The quickstart GEMM, except that ``hang=1`` never finishes compiling (a compile that hangs)."""
+    if hang:
+        time.sleep(3600)
+    return matmul_relu.factory(M, N, K, block_M, block_N, block_K)
 
 
 def deadly_reference(a: Any, b: Any) -> Any:
@@ -84,4 +93,5 @@ def kind_of(result: Any) -> dict[str, Any]:
     }
 
 
-__all__ = ["SHAPES", "SPACE", "TIMING", "Killer", "check_complete", "kind_of", "deadly_reference", "EXPECTED_KIND"]
+__all__ = ["SHAPES", "SPACE", "TIMING", "Killer", "check_complete", "kind_of", "deadly_reference", "EXPECTED_KIND",
+           "hanging_gemm"]

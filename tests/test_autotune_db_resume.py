@@ -141,6 +141,8 @@ def test_early_stop_and_executor_arguments_are_checked():
         EarlyStop(runs=0)
     with pytest.raises(ValueError, match="compile_workers must be a positive integer, got 0"):
         LocalExecutor(compile_workers=0)
+    with pytest.raises(ValueError, match="compile_timeout_s must be a positive number of seconds, got -1"):
+        LocalExecutor(compile_timeout_s=-1)
     with pytest.raises(ValueError, match="timing_actors must be a positive integer"):
         RayExecutor(timing_actors=0)
     with pytest.raises(ValueError, match="executor: expected one of 'local', 'ray', 'inline'.*got 'gpu'"):

@@ -1,18 +1,29 @@
 """The local executor end to end: the quickstart GEMM over 64 configurations through 2 compile processes and one
 CPU timing process, with one compile worker and the timing worker SIGKILLed mid-sweep (no result lost); a
-configuration that kills its timing worker twice is recorded as failed; Ctrl-C cancels the work in flight."""
+configuration that kills its timing worker twice, or whose compile hangs past the task timeout, is recorded as failed;
+Ctrl-C cancels the work in flight."""
 
 from __future__ import annotations
 
 import signal
 
 import pytest
-from autotune_sweep import EXPECTED_KIND, SHAPES, SPACE, TIMING, Killer, check_complete, deadly_reference, kind_of
+from autotune_sweep import (
+    EXPECTED_KIND,
+    SHAPES,
+    SPACE,
+    TIMING,
+    Killer,
+    check_complete,
+    deadly_reference,
+    hanging_gemm,
+    kind_of,
+)
 
 from tilelang_core.autotune import TuningDB, tune
 from tilelang_core.autotune.executors import COMPILE
 from tilelang_core.autotune.local_executor import LocalExecutor
-from tilelang_core.autotune.record import RUN_ERROR
+from tilelang_core.autotune.record import COMPILE_ERROR, RUN_ERROR
 from tilelang_core.quickstart import matmul_relu, reference
 
 
@@ -48,6 +59,16 @@ def test_a_config_that_kills_its_timing_worker_twice_is_recorded_as_failed(execu
     assert m.status == RUN_ERROR and "died on both attempts" in m.message and "exit code 7" in m.message
     assert m.attempts == 2 and result.lost == 2 and result.retried == 1
     assert [r.status for r in db.query("matmul_relu", device=None)] == [RUN_ERROR]
+
+
+def test_a_compile_that_hangs_is_killed_after_the_task_timeout_and_recorded_as_failed(executor, tmp_path,
+                                                                                      monkeypatch):
+    monkeypatch.setitem(executor.timeouts, COMPILE, 3.0)
+    result = tune(hanging_gemm, [{"hang": 1}, {"hang": 0}], args=SHAPES, ref=reference, executor=executor,
+                  db=tmp_path / "t.sqlite3", progress=False, finalists=0, **TIMING)
+    hung, fine = result.measurements
+    assert hung.status == COMPILE_ERROR and "compile_timeout_s=3" in hung.message and hung.attempts == 2
+    assert fine.ok and result.lost == 2
 
 
 def test_ctrl_c_cancels_the_sweep_and_its_workers(executor, tmp_path):

@@ -41,9 +41,14 @@ def worker_main(conn: Connection, role: str, name: str, parent: int) -> None:
     """A worker process: receive ``(op, task_id, payload)``, answer ``(task_id, result)``; ``None`` ends it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent,), name="tilelang-parent-watch", daemon=True).start()
+    import torch  # noqa: F401 - the heavy imports happen now, not inside the first task's time limit
+
     from .tasks import TimingSession, compile_one
     from .workers import reason
 
+    if role == COMPILE:
+        import tilelang_core.language  # noqa: F401 - imports TVM
+    conn.send(("ready", os.getpid()))  # imported: the clock of its first task starts now
     job = None
     session = None
     while True:
@@ -92,6 +97,8 @@ class _Proc:
                         os.environ["CUDA_VISIBLE_DEVICES"] = old
         child.close()
         self.task: tuple[str, int, Any] | None = None
+        self.started = 0.0  # time.monotonic() when the task in flight was sent (or the worker became ready)
+        self.ready = False  # its imports are done (a task sent before waits in the pipe)
         self.job_id: int | None = None
 
     @property
@@ -125,12 +132,19 @@ def visible_gpus() -> list[str]:
 
 class LocalExecutor(Executor):
     """``compile_workers`` compile processes (default: one per core) and one timing process per visible GPU
-    (``gpus=``: physical ids to use instead), or one CPU timing process for a CPU target."""
+    (``gpus=``: physical ids to use instead), or one CPU timing process for a CPU target. A compile running longer
+    than ``compile_timeout_s``, or a timing task longer than ``time_timeout_s`` (a compiler or a kernel that
+    hangs), has its worker killed and counts as lost (default 900 s each)."""
 
-    def __init__(self, compile_workers: int | None = None, gpus: list[int | str] | None = None):
+    def __init__(self, compile_workers: int | None = None, gpus: list[int | str] | None = None,
+                 compile_timeout_s: float = 900.0, time_timeout_s: float = 900.0):
         if compile_workers is not None and (not isinstance(compile_workers, int) or compile_workers < 1):
             raise ValueError(f"LocalExecutor: compile_workers must be a positive integer, got {compile_workers!r}")
+        for name, value in (("compile_timeout_s", compile_timeout_s), ("time_timeout_s", time_timeout_s)):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"LocalExecutor: {name} must be a positive number of seconds, got {value!r}")
         super().__init__(name="local")
+        self.timeouts = {COMPILE: float(compile_timeout_s), TIME: float(time_timeout_s)}
         self.compile_workers = compile_workers
         self.gpus = None if gpus is None else [str(g) for g in gpus]
         self._procs: dict[str, _Proc] = {}
@@ -210,6 +224,7 @@ class LocalExecutor(Executor):
                 still.append((kind, task_id, payload, avoid))
                 continue
             pick.task = (kind, task_id, payload)
+            pick.started = time.monotonic()
             w = self.workers[pick.name]
             w.busy, w.current = True, task_id
         self._queue = still
@@ -222,6 +237,20 @@ class LocalExecutor(Executor):
         self.workers[proc.name].lost = lost
         self._send_job(new)
 
+    @staticmethod
+    def _receive(p: _Proc) -> tuple[Any, Any]:
+        """The worker's answer (task id, result), or (None, None); a "ready" message first is taken in passing."""
+        try:
+            while p.conn.poll():
+                got_id, result = p.conn.recv()
+                if got_id != "ready":
+                    return got_id, result
+                p.ready = True
+                p.started = time.monotonic()
+        except (EOFError, OSError):
+            pass
+        return None, None
+
     def wait(self, timeout: float) -> list[Event]:
         self._dispatch()
         busy = [p for p in self._procs.values() if p.task is not None]
@@ -231,18 +260,20 @@ class LocalExecutor(Executor):
         for p in busy:
             handles[p.conn] = p
             handles[p.process.sentinel] = p
+        for p in self._procs.values():
+            if not p.ready:
+                handles[p.conn] = p
         events: list[Event] = []
         seen: set[str] = set()
         for h in wait_ready(list(handles), timeout):
             p = handles[h]
-            if p.name in seen or p.task is None:
+            if p.name in seen:
                 continue
             seen.add(p.name)
+            got_id, result = self._receive(p)
+            if p.task is None:
+                continue  # an idle worker's "ready" message
             kind, task_id, _payload = p.task
-            try:
-                got_id, result = p.conn.recv() if p.conn.poll() else (None, None)
-            except (EOFError, OSError):
-                got_id, result = None, None
             if got_id == task_id:
                 p.task = None
                 w = self.workers[p.name]
@@ -257,6 +288,16 @@ class LocalExecutor(Executor):
             events.append(Event(kind, task_id, p.name, lost=True,
                                 why=f"worker {p.name} (pid {p.pid}) died (exit code {code})"))
             self._replace(p)
+        now = time.monotonic()
+        for p in list(self._procs.values()):
+            limit = self.timeouts[p.role]
+            if p.task is not None and p.ready and p.name not in seen and now - p.started > limit:
+                kind, task_id, _payload = p.task
+                p.task = None
+                what = "compile_timeout_s" if p.role == COMPILE else "time_timeout_s"
+                events.append(Event(kind, task_id, p.name, lost=True,
+                                    why=f"worker {p.name} (pid {p.pid}) killed: its task ran past {what}={limit:g}"))
+                self._replace(p)
         self._dispatch()
         return events
 
