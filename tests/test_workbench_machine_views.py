@@ -160,8 +160,8 @@ def test_picking_the_gemm_line_highlights_its_hgmma_instructions(cuda_wk):
     row = view.selected()
     assert row.op == "T.gemm" and row.mix["HGMMA"] > 0
     assert "HGMMA" in plain(view.mix.value)
-    view.lines.value = GEMM_CELL_LINE - 2  # the T.copy of A: cp.async
-    assert view.selected().mix["LDGSTS"] > 0
+    view.lines.value = GEMM_CELL_LINE - 2  # the T.copy of A: cp.async (or a TMA load)
+    assert view.selected().mix["LDGSTS"] + view.selected().mix["UTMALDG"] > 0
     assert not any("HGMMA" in plain(x) for x in re.findall(r'<span class="wb-hl"[^>]*>(.*?)</span>',
                                                               view.pane.value))
     view.kind.value = "ptx"
