@@ -16,7 +16,7 @@ configuration with its latency and the reference's (torch, cuBLAS). Configuratio
 are failures of the sweep, not of the script.
 
     PYTHONPATH=<tvm bundle> python bench/gpu/tune_sweep.py [--size 8192] [--workers 16] [--only local|inline]
-                                                           [--json out.json]
+                                                           [--configs N] [--json out.json]
 
 No IPython needed. On a machine without a GPU every configuration fails to run; the script says so and exits 1.
 """
@@ -48,7 +48,7 @@ def reference(a: Any, b: Any) -> Any:
     return torch.relu(a @ b)
 
 
-def sweep(executor: str, size: int, workers: int | None) -> dict[str, Any]:
+def sweep(executor: str, size: int, workers: int | None, limit: int | None = None) -> dict[str, Any]:
     import os
 
     os.environ["TILELANG_CORE_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"tune_sweep_{executor}_")
@@ -60,7 +60,7 @@ def sweep(executor: str, size: int, workers: int | None) -> dict[str, Any]:
     db = TuningDB(Path(os.environ["TILELANG_CORE_CACHE_DIR"]) / "tuning.sqlite3")
     extra: dict[str, Any] = {} if executor == "local" else {"early_stop": False, "finalists": 0}
     t0 = time.perf_counter()
-    r = tune(matmul_relu, space(), args=dict(M=size, N=size, K=size, dtype="float16", accum_dtype="float32"),
+    r = tune(matmul_relu, space()[:limit], args=dict(M=size, N=size, K=size, dtype="float16", accum_dtype="float32"),
              ref=reference, target="cuda", executor=executor, workers=workers, db=db, progress=True, **extra)
     wall = time.perf_counter() - t0
     b = r.best
@@ -78,9 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=8192)
     p.add_argument("--workers", type=int, default=None, help="compile processes (default: one per core)")
     p.add_argument("--only", choices=("local", "inline"), default=None)
+    p.add_argument("--configs", type=int, default=None, help="only the first N configurations (a dry run)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
-    rows = [sweep(ex, args.size, args.workers) for ex in ("inline", "local") if args.only in (None, ex)]
+    rows = [sweep(ex, args.size, args.workers, args.configs) for ex in ("inline", "local")
+            if args.only in (None, ex)]
     if len(rows) == 2 and rows[1]["wall_s"]:
         print(f"wall time: inline {rows[0]['wall_s']} s, local {rows[1]['wall_s']} s "
               f"({rows[0]['wall_s'] / rows[1]['wall_s']:.2f}x)")
