@@ -79,6 +79,19 @@ def _cast(v: np.ndarray, dt: str) -> np.ndarray:
     return v.astype(_NP[dt])
 
 
+def _reinterpret(v: np.ndarray, src: str, dst: str) -> np.ndarray:
+    """The bits of ``v`` (values of scalar type ``src``) read as ``dst`` (``reinterpret`` in the generated C)."""
+    v = np.asarray(v)
+    if src == "bfloat16":
+        bits = (_round_bf16(v).view(np.uint32) >> 16).astype(np.uint16)
+    else:
+        bits = _cast(v, src).astype(_STORAGE[src])
+    out = bits.view(_STORAGE[dst])
+    if dst == "bfloat16":
+        return (out.astype(np.uint32) << 16).view(np.float32)
+    return out.astype(_NP[dst])
+
+
 @dataclass
 class _Storage:
     """The bytes of one tensor or allocation; ``shared`` ones track the accesses of the current barrier epoch."""
@@ -314,6 +327,8 @@ class Emulator:
             if c.shape == (1,):
                 return self.ev(args[1] if c[0] else args[2], th)
             return np.where(c, self.ev(args[1], th), self.ev(args[2], th))
+        if name == "tirx.reinterpret":  # the same bits as another type of the same width
+            return _reinterpret(self.ev(args[0], th), _split(dtype_of(args[0]))[0], _split(dtype_of(e))[0])
         fn = _MATH.get(name)
         if fn is not None:
             vals = [self.ev(a, th) for a in args]

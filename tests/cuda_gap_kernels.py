@@ -1,6 +1,7 @@
 """Kernels for the CUDA gaps of issue 18 that the CPU already ran: TileLang's reducers (``T.alloc_reducer`` /
-``T.finalize_reducer``). Shared by tests/test_cuda_reducers.py (nvcc + the CUDA emulator, no GPU) and
-tests/gpu/test_cuda_gaps.py (the same programs on the GPU)."""
+``T.finalize_reducer``) and ``T.reshape`` / ``T.view`` of shared tiles. Shared by tests/test_cuda_reducers.py and
+tests/test_cuda_tile_views.py (nvcc + the CUDA emulator, no GPU) and tests/gpu/test_cuda_gaps.py (the same
+programs on the GPU)."""
 
 from __future__ import annotations
 
@@ -109,5 +110,107 @@ def reducer_and_local_in_one_nest(N):
                 t[j] = X[j]
             T.finalize_reducer(r)
             T.copy(r, Y)
+
+    return main
+
+
+# -- T.reshape / T.view of shared tiles ---------------------------------------------------------------------------
+
+@tilelang.jit(out_idx=[-1])
+def write_through_view(M, N):
+    """Y (M, N) = X (N, M) written element by element into T.reshape(s, (N, M)) of a shared (M, N) tile, plus 1
+    through T.fill of a one-row region of a second view, then the tile copied out: writes through views land in
+    the tile."""
+
+    @T.prim_func
+    def main(X: T.Tensor((N, M), "float32"), Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=64):
+            s = T.alloc_shared((M, N), "float32")
+            r = T.reshape(s, (N, M))
+            for i, j in T.Parallel(N, M):
+                r[i, j] = X[i, j] * 2.0
+            flat = T.reshape(s, (M * N,))
+            T.fill(flat[0:N], 1.0)
+            T.copy(s, Y)
+
+    return main
+
+
+@tilelang.jit(out_idx=[-1])
+def view_of_view_bits(N):
+    """Y = the bits of X as int32 through a view of a reshape of a shared tile (a chain of views)."""
+
+    @T.prim_func
+    def main(X: T.Tensor((N,), "float32"), Y: T.Tensor((N // 4, 4), "int32")):
+        with T.Kernel(1, threads=32):
+            s = T.alloc_shared((N,), "float32")
+            T.copy(X, s)
+            r = T.reshape(s, (N // 4, 4))
+            T.copy(T.view(r, dtype="int32"), Y)
+
+    return main
+
+
+@tilelang.jit(out_idx=[-2, -1])
+def gemm_operand_viewed(M, N, K):
+    """C = A @ B on the tensor cores, and A read back through a reshape of its (swizzled) shared tile."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32"),
+             A2: T.Tensor((M * K // 16, 16), "float16")):
+        with T.Kernel(1, threads=128):
+            a_s = T.alloc_shared((M, K), "float16")
+            b_s = T.alloc_shared((K, N), "float16")
+            c = T.alloc_fragment((M, N), "float32")
+            T.copy(A, a_s)
+            T.copy(B, b_s)
+            T.clear(c)
+            T.gemm(a_s, b_s, c)
+            T.copy(c, C)
+            T.copy(T.reshape(a_s, (M * K // 16, 16)), A2)
+
+    return main
+
+
+@tilelang.jit(out_idx=[-1])
+def view_wider_dtype(N):
+    """A float16 shared tile viewed as float32: a located error on CUDA (one element would be two)."""
+
+    @T.prim_func
+    def main(X: T.Tensor((N,), "float16"), Y: T.Tensor((N // 2,), "float32")):
+        with T.Kernel(1, threads=32):
+            s = T.alloc_shared((N,), "float16")
+            T.copy(X, s)
+            T.copy(T.view(s, (N // 2,), dtype="float32"), Y)
+
+    return main
+
+
+@tilelang.jit(out_idx=[-1])
+def reduce_of_view(N):
+    """T.reduce_sum of a reshaped shared tile: a located error on CUDA naming the alternative."""
+
+    @T.prim_func
+    def main(X: T.Tensor((N,), "float32"), Y: T.Tensor((4,), "float32")):
+        with T.Kernel(1, threads=32):
+            s = T.alloc_shared((N,), "float32")
+            y = T.alloc_fragment((4,), "float32")
+            T.copy(X, s)
+            T.reduce_sum(T.reshape(s, (4, N // 4)), y, dim=1)
+            T.copy(y, Y)
+
+    return main
+
+
+@tilelang.jit(out_idx=[-1])
+def reshape_fragment(N):
+    """T.reshape of a fragment: a located error on CUDA (its layout belongs to its shape)."""
+
+    @T.prim_func
+    def main(X: T.Tensor((N,), "float32"), Y: T.Tensor((4, N // 4), "float32")):
+        with T.Kernel(1, threads=32):
+            f = T.alloc_fragment((N,), "float32")
+            T.copy(X, f)
+            T.copy(T.reshape(f, (4, N // 4)), Y)
 
     return main

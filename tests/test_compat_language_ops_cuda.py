@@ -115,7 +115,6 @@ def test_emulated_thread_index_any_all_and_single_thread():
 # -- what the CUDA backend refuses, at the user's line ----------------------------------------------------------
 
 @pytest.mark.parametrize("factory,args,message", [
-    (ops.reshape_shared, (4, 8), r"T\.reshape / T\.view of a shared tile is not supported on CUDA"),
     (ops.through_global_workspace, (16, 32), r"T\.alloc_global\(W\): a workspace .* pass it in as a kernel parameter"),
 ])
 def test_unsupported_on_cuda_is_a_located_error(tmp_path, factory, args, message):

@@ -47,3 +47,28 @@ def test_reducer_in_float16():
     x = randn(128, 32, dtype=torch.float16)
     y = cuda(gaps.reducer_rows_from_global)(128, 32, 128, "max", -float("inf"), 128, "float16")(x)
     assert_written_and_close(y[0], x.amax(0), 0, 0)
+
+
+# -- T.reshape / T.view of shared tiles ---------------------------------------------------------------------------
+
+def test_reshape_and_view_of_shared_tiles():
+    x = randn(32, 64)
+    assert_written_and_close(cuda(ops.reshape_shared)(32, 64)(x), x.reshape(64, 32), 0, 0)
+    v = randn(256)
+    assert torch.equal(cuda(ops.view_bits)(256)(v), v.view(torch.int32))
+    assert torch.equal(cuda(gaps.view_of_view_bits)(256)(v), v.view(torch.int32).reshape(64, 4))
+
+
+def test_writes_through_a_view():
+    x = randn(32, 64)
+    y = cuda(gaps.write_through_view)(64, 32)(x)
+    ref = (x * 2).reshape(64, 32).clone()
+    ref.view(-1)[:32] = 1.0
+    assert_written_and_close(y, ref, 0, 0)
+
+
+def test_view_of_a_swizzled_gemm_operand():
+    a, b = randn(64, 32, dtype=torch.float16), randn(32, 64, dtype=torch.float16)
+    c, a2 = cuda(gaps.gemm_operand_viewed)(64, 64, 32)(a, b)
+    assert_written_and_close(c, a.float() @ b.float(), 1e-3, 1e-3)
+    assert torch.equal(a2, a.reshape(-1, 16))

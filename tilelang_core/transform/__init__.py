@@ -63,6 +63,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
     from .cuda.lower_parallel_cuda import lower_parallel_cuda
     from .cuda.lower_shared_memory_cuda import lower_shared_memory_cuda
     from .cuda.lower_tile_ops_cuda import lower_tile_ops_cuda
+    from .cuda.lower_tile_views_cuda import lower_tile_views_cuda
     from .cuda.pipeline_cuda import pipeline_cuda
 
     opts = resolve(options)
@@ -70,9 +71,10 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
         ("tl.ValidateTileOps", validate_tile_ops),
         ("tl.CheckIndexExtents", check_index_extents),
         ("tl.LowerKernelLaunchCUDA", lower_kernel_launch_cuda),
+        ("tl.LowerTileViewsCUDA", lower_tile_views_cuda),
         ("tl.InferFragmentLayoutsCUDA", lambda f: infer_fragment_layouts_cuda(f, arch, opts)),
         ("tl.FuseDequantGemmCUDA", lambda f: fuse_dequant_gemm_cuda(f, arch, opts)),
-        ("tl.PipelineCUDA", lambda f: pipeline_cuda(f, opts)),
+        ("tl.PipelineCUDA", lambda f: pipeline_cuda(f, opts, arch)),
         ("tl.InsertSyncsCUDA", insert_syncs_cuda),
         ("tl.LowerTileOpsCUDA", lower_tile_ops_cuda),
         ("tl.FP8EncodeCUDA", fp8_encode_cuda),

@@ -103,7 +103,7 @@ def _rasterize(loops: list[Any], body: Any, panel: int, order: str) -> tuple[lis
 
 def _refuse_unsupported(func: tirx.PrimFunc) -> None:
     """Located errors for what the CUDA backend cannot build: ``T.alloc_global`` workspaces and ``T.reshape`` /
-    ``T.view`` of on-chip tiles (docs/compat.md)."""
+    ``T.view`` of fragments and per-thread tiles (docs/compat.md)."""
 
     def walk(st: Any, span: Any) -> None:
         if isinstance(st, tirx.AllocBuffer) and st.buffer.scope() in ("global", ""):
@@ -111,10 +111,12 @@ def _refuse_unsupported(func: tirx.PrimFunc) -> None:
                 f"T.alloc_global({st.buffer.name}): a workspace the program allocates is not supported on CUDA (it "
                 "is on the CPU); pass it in as a kernel parameter, e.g. a torch.empty tensor (see docs/compat.md)",
                 location_of(st.span or span), stage="tl.LowerKernelLaunchCUDA")
-        if isinstance(st, tirx.DeclBuffer) and st.buffer.scope() not in ("global", ""):
+        if isinstance(st, tirx.DeclBuffer) and st.buffer.scope() not in ("global", "", "shared"):
+            # shared views: tl.LowerTileViewsCUDA; a fragment's layout cannot be seen in another shape
             raise TileLangCompileError(
-                f"T.reshape / T.view of a {st.buffer.scope()} tile is not supported on CUDA yet (it is on the CPU); "
-                "allocate the tile in the shape you need, or view the global tensor instead (see docs/compat.md)",
+                f"T.reshape / T.view of a {st.buffer.scope()} tile is not supported on CUDA (it is on the CPU; a "
+                "fragment's elements are spread over the threads by a layout chosen for its shape); allocate the "
+                "tile in the shape you need, view a shared tile or the global tensor instead (see docs/compat.md)",
                 location_of(st.span or span), stage="tl.LowerKernelLaunchCUDA")
         if isinstance(st, tirx.SeqStmt):
             items = list(st.seq)
