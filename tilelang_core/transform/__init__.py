@@ -74,7 +74,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
         ("tl.LowerTileViewsCUDA", lower_tile_views_cuda),
         ("tl.InferFragmentLayoutsCUDA", lambda f: infer_fragment_layouts_cuda(f, arch, opts)),
         ("tl.FuseDequantGemmCUDA", lambda f: fuse_dequant_gemm_cuda(f, arch, opts)),
-        ("tl.PipelineCUDA", lambda f: pipeline_cuda(f, opts, arch)),
+        ("tl.PipelineCUDA", lambda f: pipeline_cuda(f, opts)),
         ("tl.InsertSyncsCUDA", insert_syncs_cuda),
         ("tl.LowerTileOpsCUDA", lower_tile_ops_cuda),
         ("tl.FP8EncodeCUDA", fp8_encode_cuda),
