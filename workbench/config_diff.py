@@ -96,6 +96,8 @@ def stages_of(wk: Any) -> list[str]:
 def _variant(wk: Any, config: dict[str, Any]) -> Any:
     import inspect
 
+    if getattr(wk.program, "function", None) is None:  # a @T.prim_func cell: one configuration only
+        return wk
     params = inspect.signature(wk.program.function).parameters
     overrides = {k: v for k, v in config.items() if k in params and wk.config.get(k) != v}
     return wk.variant(**overrides) if overrides else wk

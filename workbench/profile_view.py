@@ -60,8 +60,8 @@ class ProfileView:
         self.output = W.HTML()
         self.report: Any = None
         cuda = wk.kernel.target.get("kind") == "cuda"
-        ok, why = ncu.available() if cuda else (False, f"{wk.name} is a {wk.kernel.target.get('kind')} kernel: "
-                                                        "Nsight Compute profiles CUDA kernels")
+        ok, why = ncu.available() if cuda else (False, f"{wk.name} is a CPU kernel: Nsight Compute profiles CUDA "
+                                                        "kernels")
         self.available, self.reason = ok, why
         self.button.disabled = not ok
         if not ok:

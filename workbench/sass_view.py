@@ -149,8 +149,8 @@ class MachineCodeView(Panel):
     def load(self) -> None:
         kernel = self._wk.kernel
         if kernel.target.get("kind") != "cuda":
-            self.note.value = message_html(f"{self._wk.name} is a {kernel.target.get('kind')} kernel: SASS and PTX "
-                                           "by line are for CUDA kernels (--target cuda; compiling needs no GPU)")
+            self.note.value = message_html(f"{self._wk.name} is a CPU kernel: SASS and PTX by line are for CUDA "
+                                           "kernels (--target cuda; compiling needs no GPU)")
             return
         try:
             self.kernel = lined_build(kernel)
