@@ -289,3 +289,18 @@ def test_the_session_report_is_one_self_contained_html_file(cpu_wk, tmp_path):
         assert page.locator("tr.wb-report-row").count() == 2
         assert page.locator("#wb-report-plot-0 .point").count() >= 2  # the throughput points are drawn
     assert not errors
+
+
+def test_a_prim_func_cell_gets_the_diff_tab_and_the_report_without_a_factory(ip, tmp_path):
+    ip.run_cell_magic("tilekernel", "pfx --target cpu -q", '''@T.prim_func
+def pfx(A: T.Tensor((64, 64), "float32"), B: T.Tensor((64, 64), "float32")):
+    with T.Kernel(1, threads=128) as bx:
+        for i, j in T.Parallel(64, 64):
+            B[i, j] = A[i, j] * 2.0
+''')
+    wk = ip.user_ns["pfx"]
+    view = SummaryView(wk).select("Diff")
+    view.stage.value = "llvm"
+    assert "Error" not in plain(view.status.value) and "identical" in plain(view.pane.value)
+    text = export_report(wk, tmp_path / "pf.html").read_text()
+    assert "B[i, j] = A[i, j] * 2.0" in plain(text)
