@@ -140,3 +140,14 @@ def test_a_reduction_and_vectorised_parallel_loops_keep_their_lines():
     plain = tl.compile(row_norm(256, 1024), target="cuda")
     other = sass_by_line(sass_with_lines(plain.artifact.library_path), "")
     assert [i.text for i in listing.instructions] == [i.text for i in other.instructions]
+
+
+@needs_nvdisasm
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
+def test_an_nvcc_source_line_build_maps_the_same_way():
+    k = tl.compile(gmm_relu(128, 128, 64), target="cuda", pass_configs={**LINEINFO, "tl.cuda.compiler": "nvcc"})
+    assert k.artifact.extra["cuda"]["nvcc_command"][0].endswith("nvcc") and "-lineinfo" in \
+        k.artifact.extra["cuda"]["nvcc_command"]
+    listing = k.code_by_line("sass")
+    assert instruction_mix(listing.of(line_of("gemm"), __file__))["HGMMA"] > 0
+    assert k.resources().registers == k.resources().to_dict()["registers"] > 0
