@@ -1,7 +1,7 @@
 """bfloat16 scalar kernel parameters (``alpha: T.bfloat16``), issue 18: the value a kernel receives is the caller's
 number rounded as torch rounds it (to float32, then to nearest even in bfloat16; NaN the canonical quiet NaN;
 overflow to infinity). Before: the CUDA launcher packed the truncated upper half of the float32 bits (1.0117 became
-1.0078), and on the CPU every kernel with such a parameter failed LLVM code generation (tl.Bf16ScalarParamsCPU)."""
+1.0078), and on the CPU every kernel with such a parameter failed LLVM code generation (tl.Bf16ScalarParams)."""
 
 from __future__ import annotations
 

@@ -42,6 +42,7 @@ from wgmma_kernels import gemm_t  # noqa: E402
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found (set TILELANG_CORE_NVCC)")
 ON, OFF = None, {"tl.cuda.wgmma_pipeline": False}
+CP_ASYNC = {"tl.disable_tma_lower": True}  # loads by cp.async (TMA, the default, takes whole 16-byte-pitch tiles)
 
 
 def _stage(args: tuple, pass_configs: Any = None, name: str = "tl.PipelineCUDA") -> Any:
@@ -75,6 +76,9 @@ class _Model:
         self.mma_groups: list[set[int]] = []  # wgmma groups issued, not retired (stages they read)
         self.retired_unsynced: set[int] = set()  # stages of groups retired since the last barrier
         self.steps: list[int] = []  # tile each wgmma step consumed
+        self.tma_on: dict[int, list[int]] = {}  # barrier -> stages of TMA loads completing on it, not waited for
+        self.tma_phases: dict[int, int] = {}  # barrier -> phases armed (expect_tx)
+        self.tma_waits: dict[int, int] = {}  # barrier -> phases waited for
 
     def value(self, e: Any) -> int:
         v = tvm.sym.Analyzer().simplify(substitute(e, self.env))
@@ -134,7 +138,7 @@ class _Model:
         elif op == "tl.gemm":
             a, b, c = (Region.of(x) for x in call.args[:3])
             stages = {self.value(a.mins[0]), self.value(b.mins[0])}
-            unlanded = set(self.cp_issued).union(*self.cp_groups, self.landed_unsynced)
+            unlanded = set(self.cp_issued).union(*self.cp_groups, self.landed_unsynced, *self.tma_on.values())
             if stages & unlanded:
                 raise HazardError(f"a wgmma step reads stage(s) {sorted(stages & unlanded)} before their loads landed "
                              "for every thread")
@@ -156,6 +160,28 @@ class _Model:
             elif name.startswith("tl::wgmma_drain<"):
                 while self.mma_groups:
                     self.retired_unsynced |= self.mma_groups.pop(0)
+            elif name.startswith("tl::tma_load_2d<"):  # lands, for every thread, at the wait on its barrier
+                dst, bar = call.args[1].args[0], call.args[2].args[0]
+                stage = self.value(dst.indices[0])
+                if stage in self.busy():
+                    raise HazardError(f"a load overwrites stage {stage} while a wgmma step that reads it may be in "
+                                      "flight")
+                if dst.source.name == "A_s":
+                    self.tile_in[stage] = self.value(call.args[3]) // self.block_k
+                self.tma_on.setdefault(self.value(bar.indices[0]), []).append(stage)
+            elif name == "tl::mbar_expect_tx":
+                b = self.value(call.args[1].args[0].indices[0])
+                self.tma_phases[b] = self.tma_phases.get(b, 0) + 1
+            elif name == "tl::mbar_wait":
+                b = self.value(call.args[1].args[0].indices[0])
+                done = self.tma_waits.get(b, 0)
+                if self.value(call.args[2]) != done % 2 or self.tma_phases.get(b, 0) <= done:
+                    raise HazardError(f"a wait on barrier {b} for parity {self.value(call.args[2])} does not match "
+                                      f"its next phase ({done} waited, {self.tma_phases.get(b, 0)} armed)")
+                self.tma_waits[b] = done + 1
+                self.tma_on.pop(b, None)
+            elif name in ("tl::mbar_init", "tl::mbar_fence_init", "tl::fence_proxy_async"):
+                pass
             else:
                 raise AssertionError(f"model: unknown device function {name}")
         else:
@@ -191,15 +217,52 @@ def test_pipelined_wgmma_never_overwrites_a_stage_a_step_in_flight_reads(stages,
     assert not model.mma_groups  # drained before the epilogue
 
 
-def test_the_model_catches_the_full_prefetch_distance_with_a_group_in_flight(monkeypatch):
+@pytest.mark.parametrize("stages,k_tiles", [(3, 7), (4, 2), (5, 9), (2, 5)])
+@pytest.mark.parametrize("pass_configs", [ON, OFF], ids=["in_flight", "wait0"])
+def test_tma_pipeline_lands_every_tile_before_its_step_and_overwrites_no_stage_in_use(stages, k_tiles,
+                                                                                     pass_configs):
+    args = (256, 256, 64 * k_tiles, 128, 128, 64, False, False, stages, 256, "float16")
+    func = _stage(args, pass_configs)
+    assert "tl::tma_load_2d<0>" in func.script() and "cp_async" not in func.script()
+    model = _replay(args, pass_configs)
+    assert model.steps == list(range(k_tiles)) and not model.mma_groups and not model.tma_on
+
+
+@pytest.mark.parametrize("loads", [CP_ASYNC, None], ids=["cp.async", "tma"])
+def test_the_model_catches_the_full_prefetch_distance_with_a_group_in_flight(monkeypatch, loads):
     args = (256, 256, 64 * 6, 128, 128, 64, False, False, 3, 128, "float16")
     monkeypatch.setattr(pipeline_cuda, "prefetch_distance", lambda stages, in_flight: stages - 1)
     with pytest.raises(HazardError, match="overwrites stage"):
-        _replay(args)
+        _replay(args, loads)
+
+
+def test_the_model_catches_a_tma_step_that_does_not_wait_for_its_tile():
+    func = _stage((256, 256, 320, 128, 128, 64, False, False, 3, 128, "float16"))
+
+    def no_wait(x: Any) -> Any:
+        if isinstance(x.value, tvm.ir.Call) and extern_name(x.value) == "tl::mbar_wait":
+            return tirx.Evaluate(tirx.IntImm("int32", 0))
+        return x
+
+    with pytest.raises(HazardError, match="before their loads landed"):
+        _Model(block_k=64).run(tvm_ffi.structural_map(func.body, [(tirx.Evaluate, no_wait)]))
+
+
+def test_the_model_catches_a_tma_wait_on_the_wrong_phase():
+    func = _stage((256, 256, 64 * 8, 128, 128, 64, False, False, 3, 128, "float16"))
+
+    def wrong_parity(x: Any) -> Any:
+        if isinstance(x.value, tvm.ir.Call) and extern_name(x.value) == "tl::mbar_wait":
+            a = x.value.args
+            return tirx.Evaluate(tirx.call_extern("int32", "tl::mbar_wait", a[1], tirx.IntImm("uint32", 0)))
+        return x
+
+    with pytest.raises(HazardError, match="does not match its next phase"):
+        _Model(block_k=64).run(tvm_ffi.structural_map(func.body, [(tirx.Evaluate, wrong_parity)]))
 
 
 def test_the_model_catches_a_step_that_does_not_wait_for_its_tile():
-    func = _stage((256, 256, 320, 128, 128, 64, False, False, 3, 128, "float16"))
+    func = _stage((256, 256, 320, 128, 128, 64, False, False, 3, 128, "float16"), CP_ASYNC)
     model = _Model(block_k=64)
 
     def wait_less(x: Any) -> Any:  # the loop's wait lets the group of tile k still be pending
@@ -211,8 +274,9 @@ def test_the_model_catches_a_step_that_does_not_wait_for_its_tile():
         model.run(tvm_ffi.structural_map(func.body, [(tirx.Evaluate, wait_less)]))
 
 
-def test_the_model_catches_an_accumulator_read_before_the_drain():
-    func = _stage((256, 256, 320, 128, 128, 64, False, False, 3, 128, "float16"))
+@pytest.mark.parametrize("loads", [CP_ASYNC, None], ids=["cp.async", "tma"])
+def test_the_model_catches_an_accumulator_read_before_the_drain(loads):
+    func = _stage((256, 256, 320, 128, 128, 64, False, False, 3, 128, "float16"), loads)
     model = _Model(block_k=64)
     model.acc = {"C_f", *[str(v.name) for v in func.attrs["tl.fragment_locals"].values()]}
     def drop_drain(x: Any) -> Any:

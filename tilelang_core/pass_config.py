@@ -9,7 +9,7 @@ an environment variable. Its :meth:`PassConfig.key` is hashed into the disk and 
 kernels compiled with different options never share an entry.
 
 TileLang's key names are accepted where this compiler has an equivalent or where the option cannot change our
-output (those are validated and documented as no-ops: we emit no TMA, no warp specialisation, ...). Options of
+output (those are validated and documented as no-ops: no warp specialisation, ...). Options of
 our own live under ``tl.cuda.*``.
 """
 
@@ -87,7 +87,8 @@ class Option:
 K = PassConfigKey
 _NOOP = "accepted for TileLang compatibility; no effect here: "
 OPTIONS: dict[str, Option] = {o.key: o for o in [
-    Option(K.TL_DISABLE_TMA_LOWER, "bool", False, _NOOP + "this compiler emits no TMA copies", noop=True),
+    Option(K.TL_DISABLE_TMA_LOWER, "bool", False, "CUDA sm_90: True keeps cp.async for the loads of a T.Pipelined "
+           "loop that could be TMA boxes (whole 2-D tiles into wgmma-layout tiles, completing on mbarriers)"),
     Option(K.TL_DISABLE_WARP_SPECIALIZED, "bool", False, _NOOP + "this compiler does not warp-specialise",
            noop=True),
     Option(K.TL_ENABLE_FAST_MATH, "bool", False, _NOOP + "our exp/exp2 lowering is always the fast polynomial one "

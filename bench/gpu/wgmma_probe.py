@@ -2,9 +2,11 @@
 
 ``python bench/gpu/wgmma_probe.py`` on the H200 (PYTHONPATH = the repo and TVM). For a few tile configs
 (block_M x block_N x block_K, stages, threads) it compiles the README's quickstart program through
-``@jit(target="cuda")`` (sm_90a: ``tl::wgmma_gemm_ss``, one wgmma group kept in flight across k-steps), and, for
-comparison, the same config with ``pass_configs={"tl.cuda.wgmma_pipeline": False}`` (``wgmma-w0``: every k-step
-waits for its group, wait_group 0) and with ``{"tl.cuda.wgmma": False}`` (mma.sync), checks each result against
+``@jit(target="cuda")`` (sm_90a: ``tl::wgmma_gemm_ss``, one wgmma group kept in flight across k-steps, loads by
+TMA: ``tma``), and, for comparison, the same config with ``pass_configs={"tl.disable_tma_lower": True}``
+(``cp.async`` loads), with
+``{"tl.cuda.wgmma_pipeline": False}`` (``--w0``: every k-step waits for its group, wait_group 0) and with
+``{"tl.cuda.wgmma": False}`` (mma.sync), checks each result against
 torch, and times every kernel
 and ``torch.relu(a @ b)`` with CUDA events around each call, the L2 emptied by reading 256 MB before each call
 (median of ``--rep``). Also prints the ptxas register/spill line, the SASS's tensor-core instructions and its
@@ -74,6 +76,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
     ap.add_argument("--rep", type=int, default=30)
     ap.add_argument("--no-mma", action="store_true", help="skip the mma.sync comparison builds")
+    ap.add_argument("--w0", action="store_true", help="also the wait_group 0 builds (no wgmma group in flight)")
     args = ap.parse_args()
     dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[args.dtype]
     print(f"device: {torch.cuda.get_device_name()}  dtype: {args.dtype}  {time.strftime('%Y-%m-%d %H:%M')}")
@@ -83,8 +86,9 @@ def main() -> None:
         flops = 2.0 * n * n * n
         ref = torch.relu(a @ b)
         t_ref = clean_ms(lambda a=a, b=b: torch.relu(a @ b), rep=args.rep)
-        print(f"\n{n}^3  torch.relu(a @ b): {t_ref:.3f} ms  {flops / t_ref / 1e9:.1f} TF/s")
-        variants = [("wgmma", None), ("wgmma-w0", {"tl.cuda.wgmma_pipeline": False})]
+        print(f"\n{n}^3  torch.relu(a @ b): {t_ref:.3f} ms  {flops / t_ref / 1e9:.1f} TF/s", flush=True)
+        variants = [("tma", None), ("cp.async", {"tl.disable_tma_lower": True})]
+        variants += [("wgmma-w0", {"tl.cuda.wgmma_pipeline": False})] if args.w0 else []
         variants += [] if args.no_mma else [("mma.sync", {"tl.cuda.wgmma": False})]
         for bm, bn, bk, st, th in CONFIGS:
             for label, pc in variants:
@@ -105,7 +109,7 @@ def main() -> None:
                 regs = " ".join(re.findall(r"Used \d+ registers|\d+ bytes spill stores", info))
                 print(f"  {bm}x{bn}x{bk} s{st} t{th} {label:8s}: {t:.3f} ms  {flops / t / 1e9:7.1f} TF/s  "
                       f"{t_ref / t:.2f}x torch  {'ok' if ok else 'WRONG'} (max err {err:.3g})  build {build:.1f}s  "
-                      f"{regs}  {_sass_has_hgmma(k)}")
+                      f"{regs}  {_sass_has_hgmma(k)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from .call import KernelCallable, torch_dtype
 from .exported import (
     CUDA_ALIGNMENT,
     StreamOrder,
+    TensorMaps,
     check_no_overlap,
     has_symbols,
     launch_grid,
@@ -93,6 +94,8 @@ class CudaKernelCallable(KernelCallable):
             raise TileLangRuntimeError(f"artifact at {artifact.path}: kernel arguments {meta['args']} are not all "
                                        "among the tensor parameters")
         self.arg_order = [w for _, w, _ in self.plan]
+        # TMA kernels: their tensor maps, encoded per call, are the last kernel parameter (exported.TensorMaps)
+        self.tma = TensorMaps(meta["tma"], [p.name for p in artifact.params]) if meta.get("tma") else None
         self.cubin = (artifact.path / meta["cubin"]).read_bytes()
         self._loaded: dict[int, _Loaded] = {}
         self._lock = threading.Lock()
@@ -193,7 +196,7 @@ class CudaKernelCallable(KernelCallable):
         dev_index = devs.pop() if devs else torch_current_device()
         if 0 in grid:
             return  # a size of 0: an empty grid, nothing to compute
-        self._launch_values(dev_index, values, grid)
+        self._launch_values(dev_index, values, grid, self.tma.param_address(full) if self.tma else None)
 
     def _launch(self, *tensors: Any) -> None:
         exp = self._expected()
@@ -213,9 +216,12 @@ class CudaKernelCallable(KernelCallable):
             elif d != dev_index:
                 raise ValueError(f"argument {self.params[i].name!r}: all tensors must be on one device; got "
                                  f"cuda:{d} and cuda:{dev_index}")
-        self._launch_values(dev_index, [tensors[i].data_ptr() for i in self.arg_order], self.grid)
+        self._launch_values(dev_index, [tensors[i].data_ptr() for i in self.arg_order], self.grid,
+                            self.tma.param_address(tensors) if self.tma else None)
 
-    def _launch_values(self, dev_index: int, slot_values: list[int], grid: tuple) -> None:
+    def _launch_values(self, dev_index: int, slot_values: list[int], grid: tuple, by_value: int | None = None) -> None:
+        """Launch with the kernel's pointer/scalar parameters ``slot_values``; ``by_value``: the address of the
+        tensor maps' bytes, passed as one more parameter (TMA kernels)."""
         loaded = self._load(dev_index)
         driver = _driver()
         tls = self._tls
@@ -227,11 +233,13 @@ class CudaKernelCallable(KernelCallable):
         if arrays is None:
             values = (ctypes.c_uint64 * max(n, 1))()
             base = ctypes.addressof(values)
-            params = (ctypes.c_void_p * max(n, 1))(*[base + 8 * i for i in range(max(n, 1))])
+            params = (ctypes.c_void_p * max(n + 1, 1))(*[base + 8 * i for i in range(max(n, 1))])
             arrays = tls.arrays = (values, params, ctypes.addressof(params))
-        values, _, params_addr = arrays
+        values, params, params_addr = arrays
         for k, v in enumerate(slot_values):
             values[k] = v
+        if by_value is not None:
+            params[n] = by_value
         stream = _current_stream(dev_index)
         gx, gy, gz = grid
         bx, by, bz = self.block

@@ -19,6 +19,7 @@ must be 16-byte aligned (a view with an odd storage offset is refused by name in
 from __future__ import annotations
 
 import base64
+import ctypes
 import hashlib
 import os
 import platform
@@ -140,7 +141,9 @@ class CudaLaunch:
         n = max(len(self.arg_order), 1)
         self._values = (ctypes.c_uint64 * n)()
         base = ctypes.addressof(self._values)
-        self._params = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
+        self._params = (ctypes.c_void_p * (n + 1))(*[base + 8 * i for i in range(n)])
+        # TMA kernels: the tensor maps, encoded per call, are one more parameter (TensorMaps below)
+        self.tma = TensorMaps(info["tma"], [p["name"] for p in meta["params"]]) if info.get("tma") else None
         self._loaded: dict[int, Any] = {}
         # module state (the split-K workspace): launches on different streams are ordered
         self.stream_order = StreamOrder() if info.get("serial_streams", False) else None
@@ -184,6 +187,8 @@ class CudaLaunch:
         else:
             for k, i in enumerate(self.arg_order):
                 self._values[k] = tensors[i].data_ptr()
+        if self.tma is not None:
+            self._params[len(self.arg_order)] = self.tma.param_address(list(tensors))
         stream = int(torch.cuda.current_stream(index).cuda_stream)
         driver = _driver()
         if self.stream_order is not None:
@@ -194,6 +199,78 @@ class CudaLaunch:
         except TypeError:
             res = driver.cuLaunchKernel(fn, *args, driver.CUstream(stream), ctypes.addressof(self._params), 0)
         _cu(res, f"cuLaunchKernel({self.kernel_name})")
+
+
+
+# -- tensor maps (TMA kernels) -----------------------------------------------------------------------------------
+# A TMA load reads a global tensor through a 128-byte CUtensorMap holding its address, shape, strides, the box and
+# the swizzle; the address is the caller's tensor, so the map is made at launch (cuTensorMapEncodeTiled) from the
+# description the compiler stored (meta.json's cuda.tma; transform/cuda/sm90/tma.py) and handed to the kernel by
+# value as its last parameter (const __grid_constant__ tl::TmaDescs<n> tl_tmaps). Encoding costs microseconds, so
+# the bytes are kept and re-encoded only when a tensor's address changes; each thread has its own buffer (a launch
+# copies the parameter bytes, so the buffer may be rewritten right after it).
+
+DESC_BYTES = 128
+DESC_ALIGN = 64
+
+
+class TensorMaps:
+    """The kernel parameter holding every tensor map of one kernel, for the tensors of the current call."""
+
+    def __init__(self, specs: list[dict[str, Any]], param_names: list[str]):
+        self.specs = specs
+        try:
+            self.param_index = [param_names.index(s["param"]) for s in specs]
+        except ValueError as e:
+            raise RuntimeError(f"tensor maps name parameters {[s['param'] for s in specs]} that the kernel "
+                                       f"does not have ({param_names})") from e
+        self._tls = threading.local()
+
+    def _buffer(self) -> tuple[Any, int]:
+        buf = getattr(self._tls, "buf", None)
+        if buf is None:
+            raw = (ctypes.c_uint8 * (DESC_BYTES * len(self.specs) + DESC_ALIGN))()
+            addr = (ctypes.addressof(raw) + DESC_ALIGN - 1) // DESC_ALIGN * DESC_ALIGN
+            buf = self._tls.buf = (raw, addr)
+            self._tls.ptrs = None
+        return buf
+
+    def param_address(self, tensors: list[Any]) -> int:
+        """The address of the parameter's bytes (``n`` descriptors) for ``tensors`` (the call's arguments)."""
+        _, addr = self._buffer()
+        ptrs = tuple(int(tensors[i].data_ptr()) for i in self.param_index)
+        if ptrs != self._tls.ptrs:
+            for k, (spec, ptr) in enumerate(zip(self.specs, ptrs)):
+                ctypes.memmove(addr + DESC_BYTES * k, encode_tensor_map(spec, ptr), DESC_BYTES)
+            self._tls.ptrs = ptrs
+        return addr
+
+
+def encode_tensor_map(spec: dict[str, Any], address: int) -> bytes:
+    """The 128 bytes of the tensor map ``spec`` describes, over the tensor at ``address``."""
+    from cuda.bindings import driver
+
+    if address % 16:
+        raise RuntimeError(f"argument {spec['param']!r}: its data starts at an address that is not a "
+                                   "multiple of 16 bytes, which TMA needs; pass a tensor that is not an offset view, "
+                                   "or compile with pass_configs={'tl.disable_tma_lower': True}")
+    dtypes = {"float16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+              "bfloat16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}
+    swizzles = {32: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
+                64: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
+                128: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}
+    inner, outer = (int(d) for d in spec["dims"])
+    es = 2
+    err, tmap = driver.cuTensorMapEncodeTiled(
+        dtypes[spec["dtype"]], 2, address, [driver.cuuint64_t(inner), driver.cuuint64_t(outer)],
+        [driver.cuuint64_t(inner * es)], [driver.cuuint32_t(int(b)) for b in spec["box"]],
+        [driver.cuuint32_t(1), driver.cuuint32_t(1)], driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        swizzles[int(spec["swizzle"])], driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuTensorMapEncodeTiled for argument {spec['param']!r} (dims {spec['dims']}, box "
+                                   f"{spec['box']}, swizzle {spec['swizzle']} B) failed: {err}")
+    return ctypes.string_at(int(tmap.getPtr()), DESC_BYTES)
 
 
 def check_host(meta: dict[str, Any]) -> None:

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..pass_config import PassConfigKey  # TileLang's spelling: tilelang.transform.PassConfigKey
+from .common.bf16_scalar_params import bf16_scalar_params
 from .common.nan_skipping_minmax import nan_skipping_minmax
 from .common.promote_index_int64 import check_index_extents, promote_index_int64
 from .common.validate_tile_ops import validate_tile_ops
-from .cpu.bf16_scalar_params_cpu import bf16_scalar_params_cpu
 from .cpu.clamp_guarded_loops_cpu import clamp_guarded_loops_cpu
 from .cpu.fast_exp_cpu import fast_exp_cpu
 from .cpu.fp8_cast_cpu import fp8_cast_cpu
@@ -43,7 +43,7 @@ def cpu_passes(vector_bytes: int) -> list[tuple[str, Any]]:
         ("tl.NanSkippingMinMax", nan_skipping_minmax),
         ("tl.FastExpCPU", fast_exp_cpu),
         ("tl.FP8CastCPU", fp8_cast_cpu),
-        ("tl.Bf16ScalarParamsCPU", bf16_scalar_params_cpu),
+        ("tl.Bf16ScalarParams", bf16_scalar_params),
         ("tl.PromoteIndexInt64", promote_index_int64),
     ]
 
@@ -59,22 +59,23 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
     from .cuda.fuse_dequant_gemm_cuda import fuse_dequant_gemm_cuda
     from .cuda.infer_fragment_layouts_cuda import infer_fragment_layouts_cuda
     from .cuda.insert_syncs_cuda import insert_syncs_cuda
+    from .cuda.lower_global_workspaces_cuda import lower_global_workspaces_cuda
     from .cuda.lower_kernel_launch_cuda import lower_kernel_launch_cuda
     from .cuda.lower_parallel_cuda import lower_parallel_cuda
     from .cuda.lower_shared_memory_cuda import lower_shared_memory_cuda
     from .cuda.lower_tile_ops_cuda import lower_tile_ops_cuda
-    from .cuda.lower_tile_views_cuda import lower_tile_views_cuda
     from .cuda.pipeline_cuda import pipeline_cuda
 
     opts = resolve(options)
     return [
         ("tl.ValidateTileOps", validate_tile_ops),
         ("tl.CheckIndexExtents", check_index_extents),
+        ("tl.Bf16ScalarParams", bf16_scalar_params),
         ("tl.LowerKernelLaunchCUDA", lower_kernel_launch_cuda),
-        ("tl.LowerTileViewsCUDA", lower_tile_views_cuda),
+        ("tl.LowerGlobalWorkspacesCUDA", lower_global_workspaces_cuda),
         ("tl.InferFragmentLayoutsCUDA", lambda f: infer_fragment_layouts_cuda(f, arch, opts)),
         ("tl.FuseDequantGemmCUDA", lambda f: fuse_dequant_gemm_cuda(f, arch, opts)),
-        ("tl.PipelineCUDA", lambda f: pipeline_cuda(f, opts)),
+        ("tl.PipelineCUDA", lambda f: pipeline_cuda(f, opts, arch)),
         ("tl.InsertSyncsCUDA", insert_syncs_cuda),
         ("tl.LowerTileOpsCUDA", lower_tile_ops_cuda),
         ("tl.FP8EncodeCUDA", fp8_encode_cuda),
@@ -90,4 +91,4 @@ __all__ = ["cpu_passes", "cuda_passes", "validate_tile_ops", "lower_kernel_grid_
            "lower_parallel_cpu", "split_div_mod_cpu",
            "localize_buffers_cpu", "fast_exp_cpu", "clamp_guarded_loops_cpu",
            "fp8_cast_cpu", "PassConfigKey", "serialize_small_grids_cpu",
-           "check_index_extents", "promote_index_int64", "nan_skipping_minmax", "bf16_scalar_params_cpu"]
+           "check_index_extents", "promote_index_int64", "nan_skipping_minmax", "bf16_scalar_params"]

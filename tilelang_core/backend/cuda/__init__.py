@@ -38,6 +38,7 @@ class CudaBuild:
     timings: dict[str, float] = field(default_factory=dict)
     serial_streams: bool = False  # the kernel keeps state in module globals (split-K workspace)
     arg_dtypes: list[str] = field(default_factory=list)  # per kernel argument: "handle" (a tensor) or a scalar dtype
+    tma: list[dict[str, Any]] = field(default_factory=list)  # tensor maps to encode per launch (runtime/exported.TensorMaps)
 
     def launch_meta(self) -> dict[str, Any]:
         """The launch description the artifact stores (``extra["cuda"]``)."""
@@ -45,7 +46,7 @@ class CudaBuild:
                 "dyn_smem": int(self.dyn_smem), "args": list(self.arg_names),
                 "arg_dtypes": list(self.arg_dtypes), "arch": self.arch,
                 "nvcc_command": list(self.command), "ptxas_info": self.compiler_output[-4000:],
-                "serial_streams": self.serial_streams}
+                "serial_streams": self.serial_streams, "tma": list(self.tma)}
 
 
 def build(mod: Any, out_dir: Path, arch: str = DEFAULT_ARCH, instruments: list[Any] | None = None,
@@ -81,7 +82,8 @@ def build(mod: Any, out_dir: Path, arch: str = DEFAULT_ARCH, instruments: list[A
     timings["nvcc"] = time.perf_counter() - t0
     return CudaBuild(cubin=cubin, source_file=cu, kernel=src.kernel, arg_names=src.arg_names, grid=src.grid,
                      block=src.block, dyn_smem=src.dyn_smem, arch=arch, command=cmd, compiler_output=msgs,
-                     timings=timings, serial_streams=STATEFUL_MARK in src.source, arg_dtypes=src.arg_dtypes)
+                     timings=timings, serial_streams=STATEFUL_MARK in src.source, arg_dtypes=src.arg_dtypes,
+                     tma=src.tma)
 
 
 __all__ = ["CudaBuild", "CudaSource", "DEFAULT_ARCH", "INCLUDE_DIR", "build", "compile_cubin", "compiler_identity",

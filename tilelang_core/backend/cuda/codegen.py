@@ -34,6 +34,7 @@ class CudaSource:
     dyn_smem: int
     timings: dict[str, float] = field(default_factory=dict)
     arg_dtypes: list[str] = field(default_factory=list)  # "handle" for a tensor's pointer, else the scalar's dtype
+    tma: list[dict[str, Any]] = field(default_factory=list)  # tensor maps the launcher encodes (sm90/tma.py)
 
 
 def _int_or_str(g: Any) -> int | str:
@@ -105,6 +106,16 @@ def _packed_broadcasts(source: str) -> str:
             pos = end
     out.append(source[pos:])
     return "".join(out)
+
+
+def _tma_source(source: str, kname: str, nmaps: int) -> str:
+    """A kernel with TMA loads takes its tensor maps as one ``__grid_constant__`` parameter after the others
+    (``tl::TmaDescs<n> tl_tmaps``, in the declaration and the definition), and each ``tl::tma_load_2d<i>`` reads
+    map ``i`` of it (the TIR cannot name a parameter TVM does not know)."""
+    source = re.sub(r"tl::tma_load_2d<(\d+)>\(", r"tl::tma_load_2d(&tl_tmaps.m[\1], ", source)
+    sig = re.compile(rf"(__global__\s+void\s+(?:__launch_bounds__\(\d+\)\s+)?{re.escape(kname)}\s*\()([^)]*)\)")
+    return sig.sub(lambda m: f"{m.group(1)}{m.group(2)}, const __grid_constant__ tl::TmaDescs<{nmaps}> tl_tmaps)",
+                   source)
 
 
 def _tir_pipeline() -> Any:
@@ -197,6 +208,12 @@ def generate(mod: Any, arch: str = "sm_90", instruments: list[Any] | None = None
     # TVM hands the source to the (overridden) compile callback where a driver is present, else keeps it as is
     source = HEADER + (captured.sources[-1] if captured.called else rt.inspect_source(""))
     source = _packed_broadcasts(_wgmma_source(source))
+    tma_maps: list[dict[str, Any]] = []
+    if func.attrs is not None and "tl.tma_maps" in func.attrs:
+        import json
+
+        tma_maps = json.loads(str(func.attrs["tl.tma_maps"]))  # read through maps: the kernel may not take them
+        source = _tma_source(source, kname, len(tma_maps))
     if not re.search(rf"__global__\s+void\s+(__launch_bounds__\(\d+\)\s+)?{re.escape(kname)}\s*\(", source):
         raise TileLangCompileError(f"kernel {kname} not found in the generated CUDA source", stage="codegen")
     if resolve(options)[PassConfigKey.TL_CUDA_STREAMING_LOADS]:
@@ -207,7 +224,7 @@ def generate(mod: Any, arch: str = "sm_90", instruments: list[Any] | None = None
         dims = ", ".join(str(int(c)) for c in cluster)
         source = re.sub(r"__global__\s+void\s+", f"__global__ void __cluster_dims__({dims}) ", source)
     return CudaSource(source=source, kernel=kname, arg_names=arg_names, grid=grid, block=[threads, 1, 1],
-                      dyn_smem=smem, timings={"codegen": t1 - t0}, arg_dtypes=arg_dtypes)
+                      dyn_smem=smem, timings={"codegen": t1 - t0}, arg_dtypes=arg_dtypes, tma=tma_maps)
 
 
 def _param_views(func: Any) -> dict[str, str]:

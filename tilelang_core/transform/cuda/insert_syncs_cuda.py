@@ -83,11 +83,13 @@ def _accesses(s: Any) -> tuple[set[Any], set[Any]]:
 
 
 def _is_pipeline_call(s: Any) -> bool:
-    """``tl::pipe_*`` template calls of a fused pipelined mainloop carry their own waits and barriers."""
+    """``tl::pipe_*`` template calls of a fused pipelined mainloop, and the TMA pipeline's mbarrier and TMA calls
+    (sm90/tma.py), carry their own waits and barriers."""
     if not isinstance(s, tirx.Evaluate) or not isinstance(s.value, tvm.ir.Call) or not s.value.args:
         return False
     name = s.value.args[0]
-    return isinstance(name, tvm.ir.StringImm) and str(name.value).startswith("tl::pipe_")
+    return isinstance(name, tvm.ir.StringImm) and str(name.value).startswith(
+        ("tl::pipe_", "tl::mbar_", "tl::tma_", "tl::fence_proxy_async"))
 
 
 def _union(a: _State, b: _State) -> _State:

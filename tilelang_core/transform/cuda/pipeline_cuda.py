@@ -60,6 +60,7 @@ from .common import (
     buffers_touched,
     count_uses,
     extern,
+    find_thread_var,
     gemm_operands,
     is_shared,
     is_whole_tile,
@@ -69,7 +70,8 @@ from .common import (
     swizzles_of,
     sync_stmt,
 )
-from .layouts import MMA_DTYPES
+from .layouts import MMA_DTYPES, dtype_bytes
+from .sm90 import tma
 
 
 def _flatten(s: Any) -> list[Any]:
@@ -217,9 +219,16 @@ def _gemms_in(stmts: list[Any]) -> list[Any]:
 class PipelineCUDA(Rewriter):
     pass_name = "tl.PipelineCUDA"
 
-    def __init__(self, func: tirx.PrimFunc, uses: dict[Any, int], options: PassConfig = DEFAULT) -> None:
+    def __init__(self, func: tirx.PrimFunc, uses: dict[Any, int], options: PassConfig = DEFAULT,
+                 arch: str = "sm_90") -> None:
         super().__init__()
         self.options = options
+        self.arch = arch
+        try:
+            self.tid = find_thread_var(func)
+        except ValueError:  # a kernel without a threadIdx loop: no TMA (its issuing thread is thread 0)
+            self.tid = None
+        self.tma_maps: list[tma.TmaMap] = []  # the kernel's tensor maps, in tl_tmaps order
         self.uses = uses  # buffer -> number of statements touching it in the whole kernel
         self.remap: dict[Any, Any] = {}
         self.layouts = layouts_of(func)
@@ -304,6 +313,20 @@ class PipelineCUDA(Rewriter):
 
         in_flight = self._wgmma_in_flight(consumers, remap, stages)
         dist = prefetch_distance(stages, in_flight is not None)
+        copies = self._tma_copies(producers)
+        if copies is not None:
+            prologue, head, epilogue = tma.tma_loop(s, k, k0, n, stages, dist, producers, copies, remap,
+                                                    consumers, self.tid, self.prove, self.ana.simplify)
+            cons = [_with_stage(c, remap, tirx.floormod(k0, stages)) for c in consumers]
+            if in_flight is not None:
+                c_loc, nregs = in_flight
+                cons = [tirx.AttrStmt(tirx.IntImm("int32", 0), WGMMA_PENDING_ATTR, tirx.IntImm("int32", 1),
+                                      cons[0], span=cons[0].span)]
+                zero = tirx.IntImm("int32", 0)
+                epilogue = [extern(f"tl::wgmma_drain<{nregs}>", tirx.address_of(tirx.BufferLoad(c_loc, [zero]))),
+                            *epilogue]
+            loop = tirx.For(k, s.min, n, tirx.ForKind.SERIAL, seq([*head, *cons]), None, ann or None, None, s.span)
+            return seq([*prologue, loop, *epilogue], s.span)
         prologue = []
         for j in range(dist):
             issue = produce(s.min + j, tirx.IntImm("int32", j))
@@ -353,6 +376,27 @@ class PipelineCUDA(Rewriter):
         loop_body = seq([extern(f"tl::cp_async_wait<{dist - 1}>"), sync_stmt(), issue, commit, *cons])
         loop = tirx.For(k, s.min, n, tirx.ForKind.SERIAL, loop_body, None, ann or None, None, s.span)
         return seq([*prologue, loop, *epilogue], s.span)
+
+    def _tma_copies(self, producers: list[Any]) -> list[tma.TmaCopy] | None:
+        """The producers as TMA copies (their maps recorded in ``self.tma_maps``), or None with the reason noted:
+        on sm_90 with ``tl.disable_tma_lower`` off, when every producer is a whole 2-D tile into a wgmma layout."""
+        if self.options[PassConfigKey.TL_DISABLE_TMA_LOWER] or not self.arch.startswith("sm_90") or self.tid is None:
+            return None
+        plans = [tma.plan_copy(p, self.swizzle) for p in producers]
+        if not any(m is not None for m, _ in plans):
+            return None  # no producer could take TMA (tiles for mma.sync or FMA): nothing to report
+        why = next((w for m, w in plans if m is None), "")
+        if why:
+            self.fused_notes.append(f"T.Pipelined loads keep cp.async, not TMA: {why}")
+            return None
+        out = []
+        for (m, _), p in zip(plans, producers):
+            if m not in self.tma_maps:
+                self.tma_maps.append(m)
+            rows, cols = m.box[1], int(Region.of(p.value.args[1]).extents[1])
+            out.append(tma.TmaCopy(self.tma_maps.index(m), rows, cols, m.box[0],
+                                   rows * cols * dtype_bytes(m.dtype)))
+        return out
 
     def _wgmma_in_flight(self, consumers: list[Any], remap: dict[Any, Any], stages: int) -> tuple | None:
         """(accumulator register array, its register count) when the loop's wgmma T.gemm may leave its group in
@@ -426,9 +470,11 @@ class PipelineCUDA(Rewriter):
         return tmpl, remap[a], remap[b], self.locals[c], frag
 
 
-def pipeline_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT) -> tirx.PrimFunc:
-    pipe = PipelineCUDA(func, count_uses(func.body), options)
+def pipeline_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT, arch: str = "sm_90") -> tirx.PrimFunc:
+    pipe = PipelineCUDA(func, count_uses(func.body), options, arch)
     func = pipe.run(func)
+    if pipe.tma_maps:
+        func = func.with_attr(tma.ATTR_TMA_MAPS, tma.encode_maps(pipe.tma_maps))
     if pipe.fused_notes:
         from ..common.notes import add_notes
 

@@ -3,3 +3,4 @@
 #pragma once
 #include "tl/tl.cuh"
 #include "tl/wgmma.cuh"
+#include "tl/tma.cuh"

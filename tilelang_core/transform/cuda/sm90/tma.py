@@ -1,0 +1,143 @@
+"""TMA loads for a software-pipelined loop on sm_90: which producer copies can be one, and the loop that issues them.
+
+Why: in the pipelined wgmma GEMM every thread spends issue slots and registers on ``cp.async`` (16 bytes each,
+with its own address arithmetic and zero-fill predicate) for every stage. Hopper's tensor memory accelerator moves
+a whole 2-D box of a tensor into shared memory from one instruction of one thread, in the same 128/64/32-byte
+swizzle that wgmma's shared-memory descriptors read (a wgmma-layout tile is stored as column blocks of one swizzle
+atom width, each exactly one TMA box), zero-filling the parts of the box outside the tensor, and completes on a
+shared-memory mbarrier that counts the bytes. So when every producer of a ``T.Pipelined`` loop copies a whole
+global 2-D tile into a tile in a wgmma layout, :func:`tma_loop` replaces the ``cp.async`` schedule by::
+
+    prologue:  thread 0: mbarrier.init(bar[j], 1) for j < s;  fence;  __syncthreads()
+               thread 0: for j < d:  expect_tx(bar[j], bytes of a stage);  TMA boxes of step j -> stage j
+    loop k:    mbarrier.wait(bar[k % s], parity (k / s) & 1)     # stage k % s has landed
+               __syncthreads()                                     # stage (k + d) % s is no longer read
+               thread 0 (when k + d < n):  fence.proxy.async;  expect_tx(bar[(k + d) % s]);  TMA boxes of k + d
+               consumers(k) on stage k % s
+    epilogue:  __syncthreads()
+
+with the same prefetch distance ``d`` as the ``cp.async`` pipeline (``s - 1``, or ``s - 2`` while a wgmma group
+stays in flight). The tensor maps are encoded by the launcher for each call's tensors (``runtime/exported.py``: ``TensorMaps``)
+from the descriptions this module records (``tl.tma_maps``); the code generator passes them to the kernel as one
+``__grid_constant__`` parameter. pass_configs ``tl.disable_tma_lower=True`` keeps ``cp.async``; when TMA does not
+apply, the reason is recorded as a kernel note.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from tvm import tirx
+
+from ....language._ir import Region
+from ...common.regions import is_global
+from ...common.rewriter import const_int, seq
+from ..common import extern, substitute, sync_stmt
+from ..layouts import WGMMA_SWIZZLE_BASE, dtype_bytes, is_wgmma_swizzle
+
+ATTR_TMA_MAPS = "tl.tma_maps"  # JSON list of TmaMap (as dicts), in tl_tmaps parameter order
+MAX_BOX = 256  # a TMA box dimension holds at most 256 elements
+TMA_DTYPES = ("float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class TmaMap:
+    """One tensor map: a 2-D global tensor parameter read in ``box`` = (inner, outer) element boxes."""
+
+    param: str  # the tensor parameter's name
+    dtype: str
+    dims: tuple[int, int]  # (inner = columns, outer = rows) of the global tensor
+    box: tuple[int, int]  # (inner = one swizzle atom's width, outer = the tile's rows)
+    swizzle: int  # bytes: 128, 64 or 32
+
+
+@dataclass(frozen=True)
+class TmaCopy:
+    """A producer copy done by TMA: the map it reads through and the tile it fills."""
+
+    map_index: int
+    rows: int
+    cols: int
+    atom: int  # elements per column block (a swizzle atom's width)
+    nbytes: int
+
+
+def plan_copy(copy: Any, swizzle: dict[Any, int]) -> tuple[TmaMap | None, str]:
+    """The tensor map a producer ``T.copy`` needs to be one TMA box per column block, or (None, why not)."""
+    src, dst = Region.of(copy.value.args[0]), Region.of(copy.value.args[1])
+    g, t = src.buffer, dst.buffer
+    dt = str(t.dtype)
+    if not is_global(g) or str(g.dtype) != dt or dt not in TMA_DTYPES:
+        return None, f"TMA here copies float16/bfloat16 global tensors of the tile's dtype ({g.name} -> {t.name})"
+    code = swizzle.get(t, 0)
+    if not is_wgmma_swizzle(code):
+        return None, f"the shared tile {t.name} is not in a wgmma swizzled layout (only those tiles take TMA here)"
+    gshape = [const_int(x) for x in g.shape]
+    if len(gshape) != 2 or None in gshape:
+        return None, f"{g.name} is not a 2-D tensor of constant shape (TMA here uses 2-D tensor maps)"
+    tshape = [const_int(x) for x in t.shape]
+    if len(tshape) != 2 or [const_int(x) for x in src.extents] != tshape or [const_int(x) for x in dst.extents] \
+            != tshape:
+        return None, f"the copy into {t.name} is not of one whole 2-D tile"
+    es = dtype_bytes(dt)
+    atom = (code - WGMMA_SWIZZLE_BASE) // es
+    rows, cols = tshape
+    if rows > MAX_BOX or cols % atom:
+        return None, f"the tile {t.name} ({rows}x{cols}) is not made of TMA boxes of {atom} x <= {MAX_BOX}"
+    if (gshape[1] * es) % 16:
+        return None, f"rows of {g.name} are {gshape[1] * es} bytes, not a multiple of 16 (TMA's stride unit)"
+    return TmaMap(g.name, dt, (gshape[1], gshape[0]), (atom, rows), code - WGMMA_SWIZZLE_BASE), ""
+
+
+def tma_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, dist: int, producers: list[Any],
+             copies: list[TmaCopy], remap: dict[Any, Any], consumers: list[Any], tid: Any, prove: Any,
+             simplify: Any) -> tuple[list[Any], list[Any], list[Any]]:
+    """(prologue, loop body, epilogue) statements of the TMA pipeline (see the module docstring)."""
+    bar = tirx.decl_buffer((stages,), "uint64", "tma_bar", scope="shared")
+    stage_bytes = sum(c.nbytes for c in copies)
+    zero = tirx.IntImm("int32", 0)
+
+    def bar_ptr(stage: Any) -> Any:
+        return tirx.address_of(tirx.BufferLoad(bar, [stage]))
+
+    def loads(at_iter: Any, stage: Any) -> Any:
+        out = [extern("tl::mbar_expect_tx", bar_ptr(stage), tirx.IntImm("uint32", stage_bytes))]
+        for p, c in zip(producers, copies):
+            p = substitute(p, {k: at_iter})
+            src, dst = Region.of(p.value.args[0]), Region.of(p.value.args[1])
+            row0, col0 = src.mins
+            tile = remap[dst.buffer]
+            for cb in range(c.cols // c.atom):
+                ptr = tirx.address_of(tirx.BufferLoad(tile, [stage, zero, tirx.IntImm("int32", cb * c.atom)]))
+                out.append(extern(f"tl::tma_load_2d<{c.map_index}>", ptr, bar_ptr(stage),
+                                  simplify(col0 + cb * c.atom), simplify(row0)))
+        return seq(out)
+
+    one = tirx.EQ(tid, zero)
+    init = [extern("tl::mbar_init", bar_ptr(tirx.IntImm("int32", j)), tirx.IntImm("uint32", 1))
+            for j in range(stages)]
+    prologue = [tirx.AllocBuffer(bar), tirx.IfThenElse(one, seq([*init, extern("tl::mbar_fence_init")]), None),
+                sync_stmt()]
+    nc = const_int(n)
+    for j in range(dist):
+        if nc is not None and j >= nc:
+            break
+        cond = one if nc is not None else tirx.And(one, tirx.LT(tirx.IntImm("int32", j), n))
+        prologue.append(tirx.IfThenElse(cond, loads(s.min + j, tirx.IntImm("int32", j)), None))
+    ahead = k0 + dist
+    cond = one if prove(tirx.LT(ahead, n)) else tirx.And(one, simplify(tirx.LT(ahead, n)))
+    issue = tirx.IfThenElse(cond, seq([extern("tl::fence_proxy_async"),
+                                       loads(k + dist, tirx.floormod(ahead, stages))]), None)
+    wait = extern("tl::mbar_wait", bar_ptr(tirx.floormod(k0, stages)),
+                  tirx.Cast("uint32", tirx.floormod(tirx.floordiv(k0, stages), 2)))
+    return prologue, [wait, sync_stmt(), issue], [sync_stmt()]
+
+
+def encode_maps(maps: list[TmaMap]) -> str:
+    return json.dumps([asdict(m) for m in maps])
+
+
+def decode_maps(text: str) -> list[dict[str, Any]]:
+    return list(json.loads(text))
