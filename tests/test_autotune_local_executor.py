@@ -49,6 +49,11 @@ def test_local_sweep_of_64_configs_survives_killed_workers(executor, tmp_path):
     assert set(result.workers) == {"compile-0", "compile-1", "time-cpu"}
     assert executor.workers["time-cpu"].lost == 1
     assert kind_of(result) == EXPECTED_KIND  # what the Ray executor's sweep must look like too
+    rows = len(db)
+    again = tune(matmul_relu, SPACE, args=SHAPES, ref=reference, executor=executor, db=db, progress=False,
+                 resume=True, **TIMING)  # a restarted sweep: everything is in the database already
+    assert again.resumed == len(SPACE) and len(db) == rows and again.sweep == result.sweep
+    assert {m.uid for m in again.measurements} == {m.uid for m in result.measurements}
 
 
 def test_a_config_that_kills_its_timing_worker_twice_is_recorded_as_failed(executor, tmp_path):

@@ -173,8 +173,10 @@ def tune(factory: Any, configs: Any, *, args: dict[str, Any] | None = None, ref:
     bases = {i: Measurement(kernel=kname, config=factory_args(factory, call), module=module,
                             source_hash=source_hash, versions=versions, target=backend, sweep=skey)
              for i, call in enumerate(calls)}
-    previous = _previous(database, kname, source_hash, skey) if resume else {}
-    known = {i: previous[_canon_config(bases[i].config)] for i in bases if _canon_config(bases[i].config) in previous}
+    keys = list(dict.fromkeys(k for b in bases.values() for k in b.config))  # what identifies a configuration
+    previous = _previous(database, kname, source_hash, skey, keys) if resume else {}
+    known = {i: previous[_canon_config(b.config, keys)] for i, b in bases.items()
+             if _canon_config(b.config, keys) in previous}
     todo = {i: calls[i] for i in range(len(calls)) if i not in known}
     ex = _choose_executor(executor, workers, ref_spec, len(todo), (ref, inputs))
     n_workers = _worker_count(workers, len(todo), ref_spec) if ex == "inline" else 0
@@ -210,20 +212,22 @@ def _early_stop(early_stop: Any) -> EarlyStop | None:
                      f"got {early_stop!r}")
 
 
-def _canon_config(config: dict[str, Any]) -> str:
+def _canon_config(config: dict[str, Any], keys: list[str]) -> str:
+    """A configuration by the factory's arguments only (a kernel may add entries of its own to a stored config)."""
     import json
 
-    return json.dumps(jsonable(config), sort_keys=True)
+    return json.dumps(jsonable({k: config.get(k) for k in keys}), sort_keys=True)
 
 
-def _previous(database: TuningDB | None, kname: str, source_hash: str, skey: str) -> dict[str, Measurement]:
+def _previous(database: TuningDB | None, kname: str, source_hash: str, skey: str,
+              keys: list[str]) -> dict[str, Measurement]:
     """The configurations this sweep already measured (resume): the newest non-final row of each."""
     if database is None:
         return {}
     out: dict[str, Measurement] = {}
     for m in database.query(kname, source_hash=source_hash, device=None, sweep=skey):
         if m.stage != FINAL:
-            out[_canon_config({k: v for k, v in m.config.items()})] = m
+            out[_canon_config(m.config, keys)] = m
     return out
 
 
