@@ -1,11 +1,12 @@
 """Pass: a ``bfloat16`` scalar kernel parameter (``alpha: T.bfloat16``) arrives as a float32 and is rounded inside.
 
-Why: TVM's packed calling convention hands a float scalar to the kernel as a float, and its argument binding
-cannot bind such an argument to a bfloat16 variable (``Check failed: dtype.code() == kDLFloat``): every kernel with
-a bfloat16 scalar parameter failed to compile, on the CPU and for CUDA (where the launcher then packs a float32). The parameter becomes a float32 one of the same name, and the
-body binds the original variable to its cast to bfloat16, which TVM's bfloat16 legalisation lowers to
-round-to-nearest-even (the caller's Python float is first rounded to float32, as torch's
-``torch.tensor(x, dtype=torch.bfloat16)`` does). The runtime still checks the argument as a bfloat16 parameter.
+Why: TVM's packed calling convention hands a float scalar to the kernel as a float, and its argument binding cannot
+bind such an argument to a bfloat16 variable (``Check failed: dtype.code() == kDLFloat``): every kernel with a
+bfloat16 scalar parameter failed to compile, on the CPU and for CUDA (where the launcher then packs a float32). The
+parameter becomes a float32 one of the same name, and the body binds the original variable to its cast to bfloat16,
+which TVM's bfloat16 legalisation lowers to round-to-nearest-even (the caller's Python float is first rounded to
+float32, as torch's ``torch.tensor(x, dtype=torch.bfloat16)`` does). The runtime still checks the argument as a
+bfloat16 parameter.
 """
 
 from __future__ import annotations

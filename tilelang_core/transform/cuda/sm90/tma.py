@@ -17,10 +17,10 @@ global 2-D tile into a tile in a wgmma layout, :func:`tma_loop` replaces the ``c
     epilogue:  __syncthreads()
 
 with the same prefetch distance ``d`` as the ``cp.async`` pipeline (``s - 1``, or ``s - 2`` while a wgmma group
-stays in flight). The tensor maps are encoded by the launcher for each call's tensors (``runtime/exported.py``: ``TensorMaps``)
-from the descriptions this module records (``tl.tma_maps``); the code generator passes them to the kernel as one
-``__grid_constant__`` parameter. pass_configs ``tl.disable_tma_lower=True`` keeps ``cp.async``; when TMA does not
-apply, the reason is recorded as a kernel note.
+stays in flight). The tensor maps are encoded by the launcher for each call's tensors (``runtime/exported.py``:
+``TensorMaps``) from the descriptions this module records (``tl.tma_maps``); the code generator passes them to the
+kernel as one ``__grid_constant__`` parameter. pass_configs ``tl.disable_tma_lower=True`` keeps ``cp.async``; when
+TMA does not apply, the reason is recorded as a kernel note.
 """
 
 from __future__ import annotations
