@@ -38,7 +38,7 @@ class CudaBuild:
     timings: dict[str, float] = field(default_factory=dict)
     serial_streams: bool = False  # the kernel keeps state in module globals (split-K workspace)
     arg_dtypes: list[str] = field(default_factory=list)  # per kernel argument: "handle" (a tensor) or a scalar dtype
-    tma: list[dict[str, Any]] = field(default_factory=list)  # tensor maps to encode per launch (runtime/exported.TensorMaps)
+    tma: list[dict[str, Any]] = field(default_factory=list)  # tensor maps to encode per launch (exported.TensorMaps)
 
     def launch_meta(self) -> dict[str, Any]:
         """The launch description the artifact stores (``extra["cuda"]``)."""
