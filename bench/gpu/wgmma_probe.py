@@ -32,8 +32,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import bench_ms_clean  # noqa: E402 - bench/gpu/run.py's clean-L2 timer, so both figures are timed alike
 
 import tilelang_core as tilelang  # noqa: E402
+import tilelang_core.language as T  # noqa: E402
 from tilelang_core.quickstart import matmul_relu  # noqa: E402
 
+
+@tilelang.jit(out_idx=[-1])
+def matmul_relu_rastered(M, N, K, block_M, block_N, block_K, num_stages, threads, dtype, accum_dtype, panel):
+    """The quickstart program with TileLang's block rasterisation hint ``T.use_swizzle(panel)`` (L2 reuse)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((block_M, block_K), dtype)
+            B_s = T.alloc_shared((block_K, block_N), dtype)
+            C_f = T.alloc_fragment((block_M, block_N), accum_dtype)
+            T.use_swizzle(panel)
+            T.clear(C_f)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, k * block_K], A_s)
+                T.copy(B[k * block_K, bx * block_N], B_s)
+                T.gemm(A_s, B_s, C_f)
+            for i, j in T.Parallel(block_M, block_N):
+                C_f[i, j] = T.max(C_f[i, j], 0)
+            T.copy(C_f, C[by * block_M, bx * block_N])
+
+    return main
+
+RASTERED = [(128, 256, 64, 4, 256), (256, 128, 64, 4, 256)]  # also timed with T.use_swizzle(panel)
 CONFIGS = [  # block_M, block_N, block_K, stages, threads
     (128, 128, 64, 3, 128),
     (128, 256, 64, 3, 256),
@@ -77,8 +102,14 @@ def main() -> None:
     ap.add_argument("--rep", type=int, default=30)
     ap.add_argument("--no-mma", action="store_true", help="skip the mma.sync comparison builds")
     ap.add_argument("--w0", action="store_true", help="also the wait_group 0 builds (no wgmma group in flight)")
+    ap.add_argument("--panels", type=int, nargs="*", default=[4, 8, 16],
+                    help="T.use_swizzle panel sizes for the rastered builds of RASTERED")
+    ap.add_argument("--configs", choices=["all", "best"], default="all",
+                    help="'best': only the rastered builds and the best plain config")
     args = ap.parse_args()
     dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[args.dtype]
+    if args.configs == "best":
+        CONFIGS[:] = [(128, 256, 64, 4, 256)]
     print(f"device: {torch.cuda.get_device_name()}  dtype: {args.dtype}  {time.strftime('%Y-%m-%d %H:%M')}")
     for n in args.sizes:
         a = torch.randn(n, n, device="cuda").to(dt)
@@ -90,26 +121,29 @@ def main() -> None:
         variants = [("tma", None), ("cp.async", {"tl.disable_tma_lower": True})]
         variants += [("wgmma-w0", {"tl.cuda.wgmma_pipeline": False})] if args.w0 else []
         variants += [] if args.no_mma else [("mma.sync", {"tl.cuda.wgmma": False})]
-        for bm, bn, bk, st, th in CONFIGS:
-            for label, pc in variants:
-                t0 = time.perf_counter()
-                try:
-                    k = tilelang.jit(out_idx=[-1], target="cuda", pass_configs=pc)(matmul_relu.factory)(
-                        n, n, n, bm, bn, bk, st, th, args.dtype, "float32")
-                except Exception as e:  # noqa: BLE001 - report the config and go on
-                    print(f"  {bm}x{bn}x{bk} s{st} t{th} {label}: COMPILE FAILED {str(e)[:300]}")
-                    continue
-                build = time.perf_counter() - t0
-                c = k(a, b)
-                err = (c.float() - ref.float()).abs().max().item()
-                ok = torch.allclose(c.float(), ref.float(), rtol=2e-2, atol=2e-1)
-                t = clean_ms(lambda k=k, a=a, b=b: k(a, b), rep=args.rep)
-                meta = json.loads((k.artifact.path / "meta.json").read_text())
-                info = meta.get("extra", {}).get("cuda", {}).get("ptxas_info", "")
-                regs = " ".join(re.findall(r"Used \d+ registers|\d+ bytes spill stores", info))
-                print(f"  {bm}x{bn}x{bk} s{st} t{th} {label:8s}: {t:.3f} ms  {flops / t / 1e9:7.1f} TF/s  "
-                      f"{t_ref / t:.2f}x torch  {'ok' if ok else 'WRONG'} (max err {err:.3g})  build {build:.1f}s  "
-                      f"{regs}  {_sass_has_hgmma(k)}", flush=True)
+        runs = [(c, label, pc, None) for c in CONFIGS for label, pc in variants]
+        runs += [(c, f"tma+swz{p}", None, p) for c in RASTERED for p in args.panels]
+        for (bm, bn, bk, st, th), label, pc, panel in runs:
+            t0 = time.perf_counter()
+            try:
+                fac = matmul_relu if panel is None else matmul_relu_rastered
+                extra = () if panel is None else (panel,)
+                k = tilelang.jit(out_idx=[-1], target="cuda", pass_configs=pc)(fac.factory)(
+                    n, n, n, bm, bn, bk, st, th, args.dtype, "float32", *extra)
+            except Exception as e:  # noqa: BLE001 - report the config and go on
+                print(f"  {bm}x{bn}x{bk} s{st} t{th} {label}: COMPILE FAILED {str(e)[:300]}")
+                continue
+            build = time.perf_counter() - t0
+            c = k(a, b)
+            err = (c.float() - ref.float()).abs().max().item()
+            ok = torch.allclose(c.float(), ref.float(), rtol=2e-2, atol=2e-1)
+            t = clean_ms(lambda k=k, a=a, b=b: k(a, b), rep=args.rep)
+            meta = json.loads((k.artifact.path / "meta.json").read_text())
+            info = meta.get("extra", {}).get("cuda", {}).get("ptxas_info", "")
+            regs = " ".join(re.findall(r"Used \d+ registers|\d+ bytes spill stores", info))
+            print(f"  {bm}x{bn}x{bk} s{st} t{th} {label:8s}: {t:.3f} ms  {flops / t / 1e9:7.1f} TF/s  "
+                  f"{t_ref / t:.2f}x torch  {'ok' if ok else 'WRONG'} (max err {err:.3g})  build {build:.1f}s  "
+                  f"{regs}  {_sass_has_hgmma(k)}", flush=True)
 
 
 if __name__ == "__main__":
