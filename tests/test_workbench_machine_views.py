@@ -151,6 +151,7 @@ def test_throughput_points_of_cuda_configurations_are_coloured_by_registers(cuda
 @pytest.mark.skipif(find_cuda_tool("nvdisasm") is None, reason="no nvdisasm (pip install nvidia-cuda-nvdisasm)")
 def test_picking_the_gemm_line_highlights_its_hgmma_instructions(cuda_wk):
     view = SummaryView(cuda_wk).select("SASS by line")
+    assert view.wait()  # the source-line build and its SASS come from the background thread
     numbers = [v for _, v in view.lines.options]
     assert GEMM_CELL_LINE in numbers and GEMM_CELL_LINE - 2 in numbers  # T.gemm and the first T.copy
     view.lines.value = GEMM_CELL_LINE  # a click on the line
@@ -165,6 +166,7 @@ def test_picking_the_gemm_line_highlights_its_hgmma_instructions(cuda_wk):
     assert not any("HGMMA" in plain(x) for x in re.findall(r'<span class="wb-hl"[^>]*>(.*?)</span>',
                                                               view.pane.value))
     view.kind.value = "ptx"
+    assert view.wait()
     view.lines.value = GEMM_CELL_LINE
     assert any("wgmma" in plain(x) for x in re.findall(r'<span class="wb-hl"[^>]*>(.*?)</span>', view.pane.value))
 
@@ -182,16 +184,21 @@ def test_diffing_two_configurations_shows_each_stage_side_by_side(cuda_wk):
     assert any(s.startswith("ir:") for s in view.stage.options)
     other = view.add({"block_N": 128})
     view.right.value = other
+    assert view.wait()
     view.stage.value = "cuda"
+    assert view.wait()
     assert "diff_chg" in view.pane.value or "diff_add" in view.pane.value
     assert "line(s) differ" in plain(view.status.value)
     view.stage.value = "resources"
+    assert view.wait()
     regs = (cuda_wk.kernel.resources().registers, cuda_wk.variant(block_N=128).kernel.resources().registers)
     text = plain(view.pane.value)
     assert f"registers: {regs[0]}" in text and f"registers: {regs[1]}" in text
     view.stage.value = "timings"
+    assert view.wait()
     assert "not timed" in plain(view.pane.value)
     view.right.value = view.left.value
+    assert view.wait()
     assert "identical" in plain(view.pane.value)
     diff = config_diff(cuda_wk, {}, {"block_N": 128}, stage="resources")
     minus = [ln for ln in diff.splitlines() if ln.startswith("-registers")]
@@ -213,10 +220,13 @@ def test_diff_sides_come_from_the_tuning_database_with_their_timings(cpu_wk, tmp
     assert len(from_db) >= 1
     i, side = next((i, s) for i, s in from_db if s.config["block_M"] == 32)
     view.right.value = i
+    assert view.wait()
     view.stage.value = "timings"
+    assert view.wait()
     text = plain(view.pane.value)
     assert f"median: {side.measurement.latency_ms:.4f} ms" in text and "p20 / p80" in text
     view.stage.value = "llvm"
+    assert view.wait()
     assert "line(s) differ" in plain(view.status.value)
 
 
@@ -301,6 +311,7 @@ def pfx(A: T.Tensor((64, 64), "float32"), B: T.Tensor((64, 64), "float32")):
     wk = ip.user_ns["pfx"]
     view = SummaryView(wk).select("Diff")
     view.stage.value = "llvm"
+    assert view.wait()
     assert "Error" not in plain(view.status.value) and "identical" in plain(view.pane.value)
     text = export_report(wk, tmp_path / "pf.html").read_text()
     assert "B[i, j] = A[i, j] * 2.0" in plain(text)

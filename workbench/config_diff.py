@@ -17,6 +17,9 @@ from __future__ import annotations
 import difflib
 import html
 import json
+import threading
+from concurrent import futures
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,6 +203,9 @@ class ConfigDiffView(Panel):
         for w in (self.left, self.right, self.stage):
             w.observe(lambda _c: self.refresh(), names="value")
         self._quiet = False
+        self._lock = threading.Lock()
+        self._generation = 0
+        self._pending: Future | None = None
 
     def load(self) -> None:
         self._quiet = True
@@ -238,18 +244,44 @@ class ConfigDiffView(Panel):
         return len(self._sides) - 1
 
     def refresh(self) -> None:
+        """Compile the two sides (when needed) and diff them on the workbench's background thread; a newer request
+        makes an older one's result stale (never shown). ``wait()`` blocks until it is shown."""
         if self._quiet or not self._sides or self.left.value is None or self.right.value is None:
             return
-        a, b = self._sides[self.left.value], self._sides[self.right.value]
+        from .jobs import compile_executor
+
+        a, b, stage = self._sides[self.left.value], self._sides[self.right.value], self.stage.value
+        with self._lock:
+            self._generation += 1
+            gen = self._generation
+        self.status.value = message_html(f"{stage}: compiling / reading both sides ...")
+
+        def work() -> None:
+            try:
+                ta, tb = stage_text(self._wk, a, stage), stage_text(self._wk, b, stage)
+            except Exception as e:  # noqa: BLE001 - a side that does not compile shows why
+                if gen == self._generation:
+                    self.status.value = message_html(f"{type(e).__name__}: {e}", "#a00")
+                    self.pane.value = ""
+                return
+            if gen != self._generation:
+                return  # a newer request is on its way
+            changed = sum(1 for line in difflib.ndiff(ta.splitlines(), tb.splitlines()) if line[:1] in "+-")
+            self.pane.value = side_by_side_html(ta, tb, a.label, b.label)
+            self.status.value = message_html(f"{stage}: {changed} line(s) differ")
+
+        self._pending = compile_executor().submit(work)
+
+    def wait(self, timeout: float | None = 300) -> bool:
+        """Block until the latest request is shown; False on timeout."""
+        fut = self._pending
+        if fut is None:
+            return True
         try:
-            ta, tb = stage_text(self._wk, a, self.stage.value), stage_text(self._wk, b, self.stage.value)
-        except Exception as e:  # noqa: BLE001 - a side that does not compile shows why
-            self.status.value = message_html(f"{type(e).__name__}: {e}", "#a00")
-            self.pane.value = ""
-            return
-        changed = sum(1 for line in difflib.ndiff(ta.splitlines(), tb.splitlines()) if line[:1] in "+-")
-        self.status.value = message_html(f"{self.stage.value}: {changed} line(s) differ")
-        self.pane.value = side_by_side_html(ta, tb, a.label, b.label)
+            fut.result(timeout)
+        except futures.TimeoutError:
+            return False
+        return True
 
 
 __all__ = ["ConfigDiffView", "Side", "config_diff", "sides", "stages_of", "stage_text", "side_by_side_html"]

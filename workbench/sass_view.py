@@ -132,6 +132,7 @@ class MachineCodeView(Panel):
         self._wk = wk
         self.kernel: Any = None  # the source-line build
         self.listing: Any = None
+        self._pending: Any = None
         self.rows: list[SourceLine] = []
         self.kind = W.ToggleButtons(options=[("SASS", "sass"), ("PTX", "ptx")], value="sass", description="code")
         self.note = W.HTML(message_html("loading the source-line build ..."))
@@ -152,34 +153,59 @@ class MachineCodeView(Panel):
             self.note.value = message_html(f"{self._wk.name} is a CPU kernel: SASS and PTX by line are for CUDA "
                                            "kernels (--target cuda; compiling needs no GPU)")
             return
+        self._submit(lambda: self._build(kernel))
+
+    def _submit(self, fn: Any) -> None:
+        """Compiling and disassembling run on the workbench's background thread (in order), not the notebook's."""
+        from .jobs import compile_executor
+
+        self._pending = compile_executor().submit(fn)
+
+    def wait(self, timeout: float | None = 300) -> bool:
+        """Block until the build and listing requested last are shown; False on timeout."""
+        from concurrent import futures
+
+        fut = self._pending
+        if fut is None:
+            return True
+        try:
+            fut.result(timeout)
+        except futures.TimeoutError:
+            return False
+        return True
+
+    def _build(self, kernel: Any) -> None:
         try:
             self.kernel = lined_build(kernel)
         except Exception as e:  # noqa: BLE001 - say why, keep the summary working
             self.note.value = message_html(f"no source-line build: {type(e).__name__}: {e}", "#a00")
             return
-        self._load_kind()
+        self._list()
 
     def _load_kind(self) -> None:
-        if self.kernel is None:
-            return
+        if self.kernel is not None:
+            self._submit(self._list)
+
+    def _list(self) -> None:
+        kind = self.kind.value
         try:
-            self.listing = self.kernel.code_by_line(self.kind.value)
+            listing = self.kernel.code_by_line(kind)
         except Exception as e:  # noqa: BLE001 - e.g. no nvdisasm here: PTX still works
             self.listing, self.rows = None, []
             self.lines.options = []
-            self.note.value = message_html(f"{self.kind.value.upper()} by line unavailable: {e}", "#a00")
+            self.note.value = message_html(f"{kind.upper()} by line unavailable: {e}", "#a00")
             self.pane.value = self.mix.value = ""
             return
-        self.rows = source_lines(self.listing, getattr(self._wk, "cell", None))
-        mapped = sum(len(s.indices) for s in self.rows)
-        total = len(self.listing.instructions)
-        self.note.value = message_html(f"{total} {self.kind.value.upper()} instructions, {mapped} mapped to "
-                                       f"{len(self.rows)} line(s) of {self._wk.name}; pick a line to highlight its "
+        rows = source_lines(listing, getattr(self._wk, "cell", None))
+        self.listing, self.rows = listing, rows
+        mapped = sum(len(s.indices) for s in rows)
+        self.note.value = message_html(f"{len(listing.instructions)} {kind.upper()} instructions, {mapped} mapped "
+                                       f"to {len(rows)} line(s) of {self._wk.name}; pick a line to highlight its "
                                        "instructions")
         prev = self.lines.value
-        self.lines.options = [(s.label, s.number) for s in self.rows]
-        numbers = [s.number for s in self.rows]
-        heaviest = max(self.rows, key=lambda s: len(s.indices)).number if self.rows else None
+        self.lines.options = [(s.label, s.number) for s in rows]
+        numbers = [s.number for s in rows]
+        heaviest = max(rows, key=lambda s: len(s.indices)).number if rows else None
         self.lines.value = prev if prev in numbers else heaviest
         self.refresh()
 
