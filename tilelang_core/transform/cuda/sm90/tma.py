@@ -33,7 +33,7 @@ from tvm import tirx
 
 from ....language._ir import Region
 from ...common.regions import is_global
-from ...common.rewriter import const_int, seq
+from ...common.rewriter import const_int, seq, with_span
 from ..common import extern, substitute, sync_stmt
 from ..layouts import WGMMA_SWIZZLE_BASE, dtype_bytes, is_wgmma_swizzle
 
@@ -105,14 +105,15 @@ def tma_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, dist: int, producers:
     def loads(at_iter: Any, stage: Any) -> Any:
         out = [extern("tl::mbar_expect_tx", bar_ptr(stage), tirx.IntImm("uint32", stage_bytes))]
         for p, c in zip(producers, copies):
+            span = p.span  # the user's T.copy line, kept on its TMA loads (source-line builds)
             p = substitute(p, {k: at_iter})
             src, dst = Region.of(p.value.args[0]), Region.of(p.value.args[1])
             row0, col0 = src.mins
             tile = remap[dst.buffer]
             for cb in range(c.cols // c.atom):
                 ptr = tirx.address_of(tirx.BufferLoad(tile, [stage, zero, tirx.IntImm("int32", cb * c.atom)]))
-                out.append(extern(f"tl::tma_load_2d<{c.map_index}>", ptr, bar_ptr(stage),
-                                  simplify(col0 + cb * c.atom), simplify(row0)))
+                out.append(with_span(extern(f"tl::tma_load_2d<{c.map_index}>", ptr, bar_ptr(stage),
+                                            simplify(col0 + cb * c.atom), simplify(row0)), span))
         return seq(out)
 
     one = tirx.EQ(tid, zero)
