@@ -92,6 +92,14 @@ def _reinterpret(v: np.ndarray, src: str, dst: str) -> np.ndarray:
     return out.astype(_NP[dst])
 
 
+def _workspace_size(data: Any) -> int | None:
+    """Elements of the ``tl::global_workspace<KEY, T, N>()`` array a buffer is declared over (else None)."""
+    if not (isinstance(data, tvm.ir.Call) and str(data.op.name) in ("tirx.call_extern", "tirx.call_pure_extern")):
+        return None
+    m = re.fullmatch(r"tl::global_workspace<\d+, [^,]+, (\d+)>", str(data.args[0].value))
+    return int(m.group(1)) if m else None
+
+
 @dataclass
 class _Storage:
     """The bytes of one tensor or allocation; ``shared`` ones track the accesses of the current barrier epoch."""
@@ -371,6 +379,12 @@ class Emulator:
             self._alloc(s.buffer, th)
         elif isinstance(s, tirx.DeclBuffer):
             data = s.data
+            ws = _workspace_size(data)
+            if ws is not None:  # T.alloc_global: one array of the module for the whole launch, never written yet
+                if s.buffer not in self.globals:
+                    nbytes = ws * np.dtype(_STORAGE[str(s.buffer.dtype)]).itemsize
+                    self.globals[s.buffer] = _fresh(s.buffer.name, nbytes, shared=False, track=True)
+                return
             if not (isinstance(data, tvm.ir.Call) and str(data.op.name) == "tirx.buffer_data"):
                 raise NotImplementedError(f"emulator: buffer declared over {data}")
             root = data.args[0]

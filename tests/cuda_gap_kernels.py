@@ -214,3 +214,49 @@ def reshape_fragment(N):
             T.copy(T.reshape(f, (4, N // 4)), Y)
 
     return main
+
+
+# -- T.alloc_global ---------------------------------------------------------------------------------------------
+
+@tilelang.jit(out_idx=[-2, -1])
+def workspace_tiles(M, N, block_m, threads=64):
+    """Y = X + 1 and Z = the int32 row index of every element, through two workspaces (float16 and int32) that
+    tile ops and T.Parallel nests write and read: X -> shared -> W (T.copy), W -> fragment (+1) -> Y; the row index
+    through an int32 workspace written in a T.Parallel nest."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float16"), Y: T.Tensor((M, N), "float16"), Z: T.Tensor((M, N), "int32")):
+        W = T.alloc_global((M, N), "float16")
+        R = T.alloc_global((M, N), "int32")
+        with T.Kernel(T.ceildiv(M, block_m), threads=threads) as bx:
+            s = T.alloc_shared((block_m, N), "float16")
+            f = T.alloc_fragment((block_m, N), "float16")
+            T.copy(X[bx * block_m, 0], s)
+            T.copy(s, W[bx * block_m, 0])
+            for i, j in T.Parallel(block_m, N):
+                R[bx * block_m + i, j] = bx * block_m + i
+            T.copy(W[bx * block_m, 0], f)
+            for i, j in T.Parallel(block_m, N):
+                f[i, j] = f[i, j] + T.float16(1)
+            T.copy(f, Y[bx * block_m, 0])
+            for i, j in T.Parallel(block_m, N):
+                Z[bx * block_m + i, j] = R[bx * block_m + i, j]
+
+    return main
+
+
+@tilelang.jit(out_idx=[-1])
+def workspace_symbolic(N):
+    """A workspace of symbolic shape: a located error on CUDA (its size is part of the program there)."""
+    m = T.symbolic("m")
+
+    @T.prim_func
+    def main(X: T.Tensor((m, N), "float32"), Y: T.Tensor((m, N), "float32")):
+        W = T.alloc_global((m, N), "float32")
+        with T.Kernel(m, threads=32) as bx:
+            for j in T.Parallel(N):
+                W[bx, j] = X[bx, j]
+            for j in T.Parallel(N):
+                Y[bx, j] = W[bx, j]
+
+    return main

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from tilelang_core.backend.cuda import find_nvcc
-from tilelang_core.errors import TileLangCompileError
 from tilelang_core.jit import _normalize_out_idx, _param_specs
 from tilelang_core.jit.cuda import build_artifact
 
@@ -112,16 +111,8 @@ def test_emulated_thread_index_any_all_and_single_thread():
     torch.testing.assert_close(emulate(ops.single_thread_kernel, (16,), {}, [x])[0], x.cumsum(1))
 
 
-# -- what the CUDA backend refuses, at the user's line ----------------------------------------------------------
-
-@pytest.mark.parametrize("factory,args,message", [
-    (ops.through_global_workspace, (16, 32), r"T\.alloc_global\(W\): a workspace .* pass it in as a kernel parameter"),
-])
-def test_unsupported_on_cuda_is_a_located_error(tmp_path, factory, args, message):
-    with pytest.raises(TileLangCompileError, match=message) as e:
-        cuda_source(tmp_path, factory, *args, cubin=False)
-    assert e.value.location is not None and e.value.location.file.endswith("compat_ops_kernels.py")
-    assert "docs/compat.md" in str(e.value)
+# (what the CUDA backend refused here before - views of shared tiles, T.alloc_global, reducers - is built now:
+# tests/test_cuda_tile_views.py, test_cuda_global_workspaces.py, test_cuda_reducers.py)
 
 
 @needs_nvcc

@@ -72,3 +72,29 @@ def test_view_of_a_swizzled_gemm_operand():
     c, a2 = cuda(gaps.gemm_operand_viewed)(64, 64, 32)(a, b)
     assert_written_and_close(c, a.float() @ b.float(), 1e-3, 1e-3)
     assert torch.equal(a2, a.reshape(-1, 16))
+
+
+# -- T.alloc_global -----------------------------------------------------------------------------------------------
+
+def test_workspaces_many_blocks_and_repeated_calls():
+    x = randn(1000, 64, dtype=torch.float16)
+    kern = cuda(gaps.workspace_tiles)(1000, 64, 32)
+    for _ in range(3):  # the module's workspace is reused by every launch
+        y, z = kern(x)
+        assert_written_and_close(y, x + 1, 0, 0)
+        assert torch.equal(z.cpu(), torch.arange(1000, dtype=torch.int32)[:, None].expand(1000, 64))
+    x2 = randn(16, 32)
+    assert_written_and_close(cuda(ops.through_global_workspace)(16, 32)(x2), 2 * x2 + 1, 0, 0)
+
+
+def test_workspace_kernel_on_two_streams_is_ordered():
+    x = randn(1000, 64, dtype=torch.float16)
+    kern = cuda(gaps.workspace_tiles)(1000, 64, 32)
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    with torch.cuda.stream(s1):
+        y1, _ = kern(x)
+    with torch.cuda.stream(s2):
+        y2, _ = kern(x * 2)
+    torch.cuda.synchronize()
+    assert_written_and_close(y1, x + 1, 0, 0)
+    assert_written_and_close(y2, x * 2 + 1, 0, 0)

@@ -37,6 +37,7 @@ def build_artifact(func: Any, out_dir: Any, target: dict[str, Any], specs: list[
     from ..backend import cuda as cuda_backend
     from ..pass_config import resolve
     from ..transform.common.notes import read_notes
+    from ..transform.cuda.lower_global_workspaces_cuda import WORKSPACE_MARK
 
     opts = resolve(pass_configs)
     arch = str(target.get("arch", cuda_backend.DEFAULT_ARCH))
@@ -48,6 +49,8 @@ def build_artifact(func: Any, out_dir: Any, target: dict[str, Any], specs: list[
     timings.update(build.timings)
     (out_dir / "lowered.tir.py").write_text(mod.script())
     meta = build.launch_meta()
+    if WORKSPACE_MARK in build.source_file.read_text():  # T.alloc_global: a workspace in the module, one at a time
+        meta["serial_streams"] = True
     art = Artifact(path=out_dir, entry=build.kernel, target=dict(target), params=specs, out_idx=outs,
                    library=build.cubin.name, sources={"cuda": build.source_file.name, "tir": "lowered.tir.py"},
                    library_sha256=sha256_file(build.cubin) if compile_cubin else "",

@@ -59,6 +59,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
     from .cuda.fuse_dequant_gemm_cuda import fuse_dequant_gemm_cuda
     from .cuda.infer_fragment_layouts_cuda import infer_fragment_layouts_cuda
     from .cuda.insert_syncs_cuda import insert_syncs_cuda
+    from .cuda.lower_global_workspaces_cuda import lower_global_workspaces_cuda
     from .cuda.lower_kernel_launch_cuda import lower_kernel_launch_cuda
     from .cuda.lower_parallel_cuda import lower_parallel_cuda
     from .cuda.lower_shared_memory_cuda import lower_shared_memory_cuda
@@ -72,6 +73,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
         ("tl.CheckIndexExtents", check_index_extents),
         ("tl.Bf16ScalarParams", bf16_scalar_params),
         ("tl.LowerKernelLaunchCUDA", lower_kernel_launch_cuda),
+        ("tl.LowerGlobalWorkspacesCUDA", lower_global_workspaces_cuda),
         ("tl.LowerTileViewsCUDA", lower_tile_views_cuda),
         ("tl.InferFragmentLayoutsCUDA", lambda f: infer_fragment_layouts_cuda(f, arch, opts)),
         ("tl.FuseDequantGemmCUDA", lambda f: fuse_dequant_gemm_cuda(f, arch, opts)),

@@ -102,15 +102,10 @@ def _rasterize(loops: list[Any], body: Any, panel: int, order: str) -> tuple[lis
 
 
 def _refuse_unsupported(func: tirx.PrimFunc) -> None:
-    """Located errors for what the CUDA backend cannot build: ``T.alloc_global`` workspaces and ``T.reshape`` /
-    ``T.view`` of fragments and per-thread tiles (docs/compat.md)."""
+    """Located errors for what the CUDA backend cannot build: ``T.reshape`` / ``T.view`` of fragments and
+    per-thread tiles (docs/compat.md; ``T.alloc_global``: tl.LowerGlobalWorkspacesCUDA)."""
 
     def walk(st: Any, span: Any) -> None:
-        if isinstance(st, tirx.AllocBuffer) and st.buffer.scope() in ("global", ""):
-            raise TileLangCompileError(
-                f"T.alloc_global({st.buffer.name}): a workspace the program allocates is not supported on CUDA (it "
-                "is on the CPU); pass it in as a kernel parameter, e.g. a torch.empty tensor (see docs/compat.md)",
-                location_of(st.span or span), stage="tl.LowerKernelLaunchCUDA")
         if isinstance(st, tirx.DeclBuffer) and st.buffer.scope() not in ("global", "", "shared"):
             # shared views: tl.LowerTileViewsCUDA; a fragment's layout cannot be seen in another shape
             raise TileLangCompileError(

@@ -11,3 +11,4 @@
 #include "tl/reduce.cuh"
 #include "tl/dequant.cuh"
 #include "tl/atomic.cuh"
+#include "tl/workspace.cuh"
