@@ -260,3 +260,18 @@ def workspace_symbolic(N):
                 Y[bx, j] = W[bx, j]
 
     return main
+
+
+@tilelang.jit(out_idx=[-1])
+def finalize_plain_fragment(N):
+    """T.finalize_reducer of a fragment T.alloc_reducer did not allocate: an error at the user's line."""
+
+    @T.prim_func
+    def main(X: T.Tensor((N,), "float32"), Y: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=32):
+            f = T.alloc_fragment((N,), "float32")
+            T.copy(X, f)
+            T.finalize_reducer(f)
+            T.copy(f, Y)
+
+    return main

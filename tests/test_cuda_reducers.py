@@ -80,3 +80,10 @@ def test_reducer_writes_without_a_cuda_meaning_are_located_errors(tmp_path, fact
     with pytest.raises(TileLangCompileError, match=message) as e:
         cuda_source(tmp_path, factory, 32, cubin=False)
     assert e.value.location is not None and e.value.location.file.endswith("cuda_gap_kernels.py")
+
+
+def test_finalize_of_a_fragment_not_allocated_as_a_reducer_names_alloc_reducer():
+    with pytest.raises(TileLangCompileError, match=r"T\.finalize_reducer reducer: expected a buffer from "
+                                                   r"T\.alloc_reducer, got the fragment f") as e:
+        gaps.finalize_plain_fragment.get_program(32)
+    assert e.value.location is not None and e.value.location.file.endswith("cuda_gap_kernels.py")
