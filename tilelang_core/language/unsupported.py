@@ -16,9 +16,10 @@ _TMA = "TMA / mbarrier programming; we emit no TMA (use T.copy: the CUDA backend
 _WARP = "warp-level SIMT programming; use T.reduce_* / T.Parallel, which the CUDA backend maps to warps"
 
 UNSUPPORTED: dict[str, str] = {
-    "reducer_init": "TileLang's reducer epochs are not built; use T.alloc_reducer + T.finalize_reducer (CPU) or "
-                    "accumulate into a fragment and T.reduce_*",
-    "reducer_update": "TileLang's reducer epochs are not built; use a fragment and T.reduce_*",
+    "reducer_init": "TileLang's reducer epochs are not built; use T.alloc_reducer + T.fill + T.finalize_reducer "
+                    "(CPU and CUDA) or accumulate into a fragment and T.reduce_*",
+    "reducer_update": "TileLang's reducer epochs are not built; update a T.alloc_reducer inside T.Parallel "
+                      "(r[j] += v) and T.finalize_reducer it, or use a fragment and T.reduce_*",
     "reduce_bitand": "bitwise reductions are not built; reduce with T.reduce_min/max on 0/1 values",
     "reduce_bitor": "bitwise reductions are not built; reduce with T.reduce_max on 0/1 values",
     "reduce_bitxor": "bitwise reductions are not built; use T.reduce_sum and take the parity",
