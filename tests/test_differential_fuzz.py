@@ -27,7 +27,7 @@ import tilelang_core as tilelang  # noqa: E402
 import tilelang_core.language as T  # noqa: E402
 from tilelang_core.backend import cuda as cuda_backend  # noqa: E402
 
-CPU_SEEDS = range(0, 100)
+CPU_SEEDS = range(0, 200)
 CUDA_SEEDS = list(range(0, 100, 5))
 CUDA_BATCH = 30
 # reduction-family seeds whose CUDA kernels also run in the CPU emulator (a few seconds each): fragment and shared
