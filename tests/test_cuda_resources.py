@@ -62,7 +62,8 @@ def test_resources_of_a_cuda_kernel_agree_with_ptxas_and_the_launch(small):
     ptxas = parse_ptxas(small.artifact.extra["cuda"]["ptxas_info"], "main_kernel")
     assert r.registers == ptxas["registers"] > 0
     assert r.spills == 0 and r.spill_stores == ptxas["spill_stores"] == 0
-    assert r.dynamic_smem == small.artifact.extra["cuda"]["dyn_smem"] == (64 * 32 + 32 * 64) * 2 * 2  # 2 stages
+    # the two stages' tiles (and, with TMA loads, their mbarriers)
+    assert r.dynamic_smem == small.artifact.extra["cuda"]["dyn_smem"] >= (64 * 32 + 32 * 64) * 2 * 2
     assert r.threads == 128 and r.barriers >= 1
     occ = r.occupancy
     assert occ.blocks_per_sm == min(occ.limits.values()) >= 1
