@@ -79,6 +79,8 @@ class _Model:
         self.tma_on: dict[int, list[int]] = {}  # barrier -> stages of TMA loads completing on it, not waited for
         self.tma_phases: dict[int, int] = {}  # barrier -> phases armed (expect_tx)
         self.tma_waits: dict[int, int] = {}  # barrier -> phases waited for
+        self.released: dict[int, int] = {}  # stage -> releases (arrivals on its empty barrier)
+        self.free_waits: dict[int, int] = {}  # stage -> waits for it to be free
 
     def value(self, e: Any) -> int:
         v = tvm.sym.Analyzer().simplify(substitute(e, self.env))
@@ -172,6 +174,19 @@ class _Model:
             elif name == "tl::mbar_expect_tx":
                 b = self.value(call.args[1].args[0].indices[0])
                 self.tma_phases[b] = self.tma_phases.get(b, 0) + 1
+            elif name == "tl::mbar_arrive":  # every thread releases a stage once the group reading it retired
+                b = self.value(call.args[1].args[0].indices[0])
+                if any(b in g for g in self.mma_groups):
+                    raise HazardError(f"stage {b} is released while a wgmma group that reads it is in flight")
+                self.released[b] = self.released.get(b, 0) + 1
+            elif name == "tl::mbar_wait" and call.args[1].args[0].source.name == "tma_empty":
+                b = self.value(call.args[1].args[0].indices[0])
+                done = self.free_waits.get(b, 0)
+                if self.value(call.args[2]) != done % 2 or self.released.get(b, 0) <= done:
+                    raise HazardError(f"a wait for stage {b} to be free (parity {self.value(call.args[2])}) does not "
+                                      f"match its next release ({done} waited, {self.released.get(b, 0)} released)")
+                self.free_waits[b] = done + 1
+                self.retired_unsynced.discard(b)  # every thread has released it: the load may overwrite it
             elif name == "tl::mbar_wait":
                 b = self.value(call.args[1].args[0].indices[0])
                 done = self.tma_waits.get(b, 0)
@@ -217,13 +232,18 @@ def test_pipelined_wgmma_never_overwrites_a_stage_a_step_in_flight_reads(stages,
     assert not model.mma_groups  # drained before the epilogue
 
 
+SYNC_STEPS = {"tl.cuda.tma_release": False}  # a __syncthreads per k-step instead of empty barriers
+
+
 @pytest.mark.parametrize("stages,k_tiles", [(3, 7), (4, 2), (5, 9), (2, 5)])
-@pytest.mark.parametrize("pass_configs", [ON, OFF], ids=["in_flight", "wait0"])
+@pytest.mark.parametrize("pass_configs", [ON, OFF, SYNC_STEPS, {**OFF, **SYNC_STEPS}],
+                         ids=["in_flight", "wait0", "in_flight-sync", "wait0-sync"])
 def test_tma_pipeline_lands_every_tile_before_its_step_and_overwrites_no_stage_in_use(stages, k_tiles,
                                                                                      pass_configs):
     args = (256, 256, 64 * k_tiles, 128, 128, 64, False, False, stages, 256, "float16")
     func = _stage(args, pass_configs)
     assert "tl::tma_load_2d<0>" in func.script() and "cp_async" not in func.script()
+    assert ("tma_empty" in func.script()) == ("tl.cuda.tma_release" not in (pass_configs or {}))
     model = _replay(args, pass_configs)
     assert model.steps == list(range(k_tiles)) and not model.mma_groups and not model.tma_on
 
@@ -232,7 +252,8 @@ def test_tma_pipeline_lands_every_tile_before_its_step_and_overwrites_no_stage_i
 def test_the_model_catches_the_full_prefetch_distance_with_a_group_in_flight(monkeypatch, loads):
     args = (256, 256, 64 * 6, 128, 128, 64, False, False, 3, 128, "float16")
     monkeypatch.setattr(pipeline_cuda, "prefetch_distance", lambda stages, in_flight: stages - 1)
-    with pytest.raises(HazardError, match="overwrites stage"):
+    # with empty barriers the loading thread would wait for a release that only comes after it (a deadlock)
+    with pytest.raises(HazardError, match="overwrites stage|does not match its next release"):
         _replay(args, loads)
 
 
@@ -246,6 +267,34 @@ def test_the_model_catches_a_tma_step_that_does_not_wait_for_its_tile():
 
     with pytest.raises(HazardError, match="before their loads landed"):
         _Model(block_k=64).run(tvm_ffi.structural_map(func.body, [(tirx.Evaluate, no_wait)]))
+
+
+def test_the_model_catches_a_load_that_does_not_wait_for_its_stage_to_be_released():
+    func = _stage((256, 256, 64 * 8, 128, 128, 64, False, False, 3, 128, "float16"))
+
+    def no_free_wait(x: Any) -> Any:
+        if isinstance(x.value, tvm.ir.Call) and extern_name(x.value) == "tl::mbar_wait" and \
+                x.value.args[1].args[0].source.name == "tma_empty":
+            return tirx.Evaluate(tirx.IntImm("int32", 0))
+        return x
+
+    with pytest.raises(HazardError, match="overwrites stage"):
+        _Model(block_k=64).run(tvm_ffi.structural_map(func.body, [(tirx.Evaluate, no_free_wait)]))
+
+
+def test_the_model_catches_a_stage_released_before_its_group_retired(monkeypatch):
+    from tilelang_core.transform.cuda.sm90 import tma
+
+    real = tma.tma_loop
+
+    def early(*a, **kw):  # release the stage of step k itself while its group is still in flight
+        if a[13] == "in_flight" if len(a) > 13 else kw.get("release") == "in_flight":
+            a = (*a[:13], "wait0", *a[14:])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(tma, "tma_loop", early)
+    with pytest.raises(HazardError, match="released while a wgmma group that reads it is in flight"):
+        _replay((256, 256, 64 * 6, 128, 128, 64, False, False, 3, 128, "float16"))
 
 
 def test_the_model_catches_a_tma_wait_on_the_wrong_phase():

@@ -54,6 +54,7 @@ from ...pass_config import DEFAULT, PassConfig, PassConfigKey
 from ..common.regions import is_global
 from ..common.rewriter import Rewriter, const_int, location_of, seq, tile_op_name, with_span
 from .common import (
+    ATTR_LAUNCH,
     ATTR_SWIZZLE,
     ATTR_WGMMA_NOTES,
     WGMMA_PENDING_ATTR,
@@ -229,6 +230,8 @@ class PipelineCUDA(Rewriter):
         except ValueError:  # a kernel without a threadIdx loop: no TMA (its issuing thread is thread 0)
             self.tid = None
         self.tma_maps: list[tma.TmaMap] = []  # the kernel's tensor maps, in tl_tmaps order
+        launch = func.attrs[ATTR_LAUNCH] if func.attrs is not None and ATTR_LAUNCH in func.attrs else None
+        self.threads = int(launch["threads"]) if launch is not None else 0
         self.uses = uses  # buffer -> number of statements touching it in the whole kernel
         self.remap: dict[Any, Any] = {}
         self.layouts = layouts_of(func)
@@ -315,8 +318,14 @@ class PipelineCUDA(Rewriter):
         dist = prefetch_distance(stages, in_flight is not None)
         copies = self._tma_copies(producers)
         if copies is not None:
-            prologue, head, epilogue = tma.tma_loop(s, k, k0, n, stages, dist, producers, copies, remap,
-                                                    consumers, self.tid, self.prove, self.ana.simplify)
+            single_gemm = len(consumers) == 1 and isinstance(consumers[0], tirx.Evaluate) and \
+                tile_op_name(consumers[0]) == "tl.gemm" and self._is_wgmma(consumers[0])
+            release = None
+            if single_gemm and self.threads and self.options[PassConfigKey.TL_CUDA_TMA_RELEASE]:
+                release = "in_flight" if in_flight is not None else "wait0"
+            prologue, head, tail, epilogue = tma.tma_loop(s, k, k0, n, stages, dist, producers, copies, remap,
+                                                          consumers, self.tid, self.prove, self.ana.simplify,
+                                                          release, self.threads)
             cons = [_with_stage(c, remap, tirx.floormod(k0, stages)) for c in consumers]
             if in_flight is not None:
                 c_loc, nregs = in_flight
@@ -325,7 +334,8 @@ class PipelineCUDA(Rewriter):
                 zero = tirx.IntImm("int32", 0)
                 epilogue = [extern(f"tl::wgmma_drain<{nregs}>", tirx.address_of(tirx.BufferLoad(c_loc, [zero]))),
                             *epilogue]
-            loop = tirx.For(k, s.min, n, tirx.ForKind.SERIAL, seq([*head, *cons]), None, ann or None, None, s.span)
+            loop = tirx.For(k, s.min, n, tirx.ForKind.SERIAL, seq([*head, *cons, *tail]), None, ann or None, None,
+                            s.span)
             return seq([*prologue, loop, *epilogue], s.span)
         prologue = []
         for j in range(dist):

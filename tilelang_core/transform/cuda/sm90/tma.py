@@ -16,11 +16,15 @@ global 2-D tile into a tile in a wgmma layout, :func:`tma_loop` replaces the ``c
                consumers(k) on stage k % s
     epilogue:  __syncthreads()
 
-with the same prefetch distance ``d`` as the ``cp.async`` pipeline (``s - 1``, or ``s - 2`` while a wgmma group
-stays in flight). The tensor maps are encoded by the launcher for each call's tensors (``runtime/exported.py``:
-``TensorMaps``) from the descriptions this module records (``tl.tma_maps``); the code generator passes them to the
-kernel as one ``__grid_constant__`` parameter. pass_configs ``tl.disable_tma_lower=True`` keeps ``cp.async``; when
-TMA does not apply, the reason is recorded as a kernel note.
+When the consumer part is one wgmma ``T.gemm`` (the GEMM mainloop) the per-step ``__syncthreads`` is replaced by
+*empty* barriers (pass_configs ``tl.cuda.tma_release``, default on): every thread arrives on ``empty[stage]`` once
+the wgmma group that read the stage has retired, and thread 0 waits for that phase before loading into the stage
+again, so the warpgroups no longer meet at a block-wide barrier in every k-step. Both forms use the prefetch
+distance ``d`` of the ``cp.async`` pipeline (``s - 1``, or ``s - 2`` while a wgmma group stays in flight). The
+tensor maps are encoded by the launcher for each call's tensors (``runtime/exported.py``: ``TensorMaps``) from the
+descriptions this module records (``tl.tma_maps``); the code generator passes them to the kernel as one
+``__grid_constant__`` parameter. pass_configs ``tl.disable_tma_lower=True`` keeps ``cp.async``; when TMA does not
+apply, the reason is recorded as a kernel note.
 """
 
 from __future__ import annotations
@@ -93,9 +97,16 @@ def plan_copy(copy: Any, swizzle: dict[Any, int]) -> tuple[TmaMap | None, str]:
 
 def tma_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, dist: int, producers: list[Any],
              copies: list[TmaCopy], remap: dict[Any, Any], consumers: list[Any], tid: Any, prove: Any,
-             simplify: Any) -> tuple[list[Any], list[Any], list[Any]]:
-    """(prologue, loop body, epilogue) statements of the TMA pipeline (see the module docstring)."""
+             simplify: Any, release: str | None = None,
+             threads: int = 0) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+    """(prologue, loop head, loop tail, epilogue) statements of the TMA pipeline (see the module docstring).
+
+    ``release``: None keeps one ``__syncthreads`` per step (any consumer part); ``"in_flight"`` / ``"wait0"`` (the
+    consumer part is one wgmma ``T.gemm`` that leaves one group in flight / waits for it) replaces it by *empty*
+    barriers: every one of the ``threads`` threads arrives on ``empty[stage]`` once the wgmma group reading that
+    stage has retired (the tail), and thread 0 waits for that phase before loading into the stage again."""
     bar = tirx.decl_buffer((stages,), "uint64", "tma_bar", scope="shared")
+    empty = tirx.decl_buffer((stages,), "uint64", "tma_empty", scope="shared") if release else None
     stage_bytes = sum(c.nbytes for c in copies)
     zero = tirx.IntImm("int32", 0)
 
@@ -116,11 +127,17 @@ def tma_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, dist: int, producers:
                                             simplify(col0 + cb * c.atom), simplify(row0)), span))
         return seq(out)
 
+    def empty_ptr(stage: Any) -> Any:
+        return tirx.address_of(tirx.BufferLoad(empty, [stage]))
+
     one = tirx.EQ(tid, zero)
     init = [extern("tl::mbar_init", bar_ptr(tirx.IntImm("int32", j)), tirx.IntImm("uint32", 1))
             for j in range(stages)]
-    prologue = [tirx.AllocBuffer(bar), tirx.IfThenElse(one, seq([*init, extern("tl::mbar_fence_init")]), None),
-                sync_stmt()]
+    if empty is not None:
+        init += [extern("tl::mbar_init", empty_ptr(tirx.IntImm("int32", j)), tirx.IntImm("uint32", threads))
+                 for j in range(stages)]
+    allocs = [tirx.AllocBuffer(bar)] + ([tirx.AllocBuffer(empty)] if empty is not None else [])
+    prologue = [*allocs, tirx.IfThenElse(one, seq([*init, extern("tl::mbar_fence_init")]), None), sync_stmt()]
     nc = const_int(n)
     for j in range(dist):
         if nc is not None and j >= nc:
@@ -129,11 +146,23 @@ def tma_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, dist: int, producers:
         prologue.append(tirx.IfThenElse(cond, loads(s.min + j, tirx.IntImm("int32", j)), None))
     ahead = k0 + dist
     cond = one if prove(tirx.LT(ahead, n)) else tirx.And(one, simplify(tirx.LT(ahead, n)))
-    issue = tirx.IfThenElse(cond, seq([extern("tl::fence_proxy_async"),
-                                       loads(k + dist, tirx.floormod(ahead, stages))]), None)
+    before_issue = [extern("tl::fence_proxy_async")]
+    if empty is not None:  # the stage's previous tile (ahead - stages) has been released by every thread
+        prev = ahead - stages
+        parity = tirx.Cast("uint32", tirx.floormod(tirx.floordiv(prev, stages), 2))
+        free = extern("tl::mbar_wait", empty_ptr(tirx.floormod(ahead, stages)), parity)
+        before_issue = [tirx.IfThenElse(simplify(tirx.GE(prev, 0)), free, None), *before_issue]
+    issue = tirx.IfThenElse(cond, seq([*before_issue, loads(k + dist, tirx.floormod(ahead, stages))]), None)
     wait = extern("tl::mbar_wait", bar_ptr(tirx.floormod(k0, stages)),
                   tirx.Cast("uint32", tirx.floormod(tirx.floordiv(k0, stages), 2)))
-    return prologue, [wait, sync_stmt(), issue], [sync_stmt()]
+    if empty is None:
+        return prologue, [wait, sync_stmt(), issue], [], [sync_stmt()]
+    # the tail: release the stage whose group has just retired (step k's own with wait_group 0, step k-1's when
+    # one group stays in flight)
+    done = k0 if release == "wait0" else k0 - 1
+    arrive = extern("tl::mbar_arrive", empty_ptr(tirx.floormod(done, stages)))
+    tail = [arrive] if release == "wait0" else [tirx.IfThenElse(simplify(tirx.GE(done, 0)), arrive, None)]
+    return prologue, [wait, issue], tail, [sync_stmt()]
 
 
 def encode_maps(maps: list[TmaMap]) -> str:

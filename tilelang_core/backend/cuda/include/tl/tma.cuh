@@ -30,6 +30,11 @@ __device__ __forceinline__ void mbar_expect_tx(void* bar, unsigned bytes) {
                : "memory");
 }
 
+// one arrival of this thread (a consumer releasing a stage)
+__device__ __forceinline__ void mbar_arrive(void* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
 // wait until the barrier's phase `parity` has completed (its loads have landed)
 __device__ __forceinline__ void mbar_wait(void* bar, unsigned parity) {
   asm volatile(
