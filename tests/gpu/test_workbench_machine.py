@@ -69,6 +69,7 @@ def test_sass_by_line_of_a_kernel_that_runs(wk):
     from workbench.summary import SummaryView
 
     view = SummaryView(wk).select("SASS by line")
+    assert view.wait(300)  # the tab builds on the workbench's background thread
     row = max(view.rows, key=lambda s: s.mix.get("HGMMA", 0))
     assert row.op == "T.gemm" and row.mix["HGMMA"] > 0
     lined = view.kernel
