@@ -232,23 +232,23 @@ def test_pipelined_wgmma_never_overwrites_a_stage_a_step_in_flight_reads(stages,
     assert not model.mma_groups  # drained before the epilogue
 
 
-SYNC_STEPS = {"tl.cuda.tma_release": False}  # a __syncthreads per k-step instead of empty barriers
+RELEASE = {"tl.cuda.tma_release": True}  # empty barriers instead of a __syncthreads per k-step
 
 
 @pytest.mark.parametrize("stages,k_tiles", [(3, 7), (4, 2), (5, 9), (2, 5)])
-@pytest.mark.parametrize("pass_configs", [ON, OFF, SYNC_STEPS, {**OFF, **SYNC_STEPS}],
-                         ids=["in_flight", "wait0", "in_flight-sync", "wait0-sync"])
+@pytest.mark.parametrize("pass_configs", [ON, OFF, RELEASE, {**OFF, **RELEASE}],
+                         ids=["in_flight", "wait0", "in_flight-release", "wait0-release"])
 def test_tma_pipeline_lands_every_tile_before_its_step_and_overwrites_no_stage_in_use(stages, k_tiles,
                                                                                      pass_configs):
     args = (256, 256, 64 * k_tiles, 128, 128, 64, False, False, stages, 256, "float16")
     func = _stage(args, pass_configs)
     assert "tl::tma_load_2d<0>" in func.script() and "cp_async" not in func.script()
-    assert ("tma_empty" in func.script()) == ("tl.cuda.tma_release" not in (pass_configs or {}))
+    assert ("tma_empty" in func.script()) == ("tl.cuda.tma_release" in (pass_configs or {}))
     model = _replay(args, pass_configs)
     assert model.steps == list(range(k_tiles)) and not model.mma_groups and not model.tma_on
 
 
-@pytest.mark.parametrize("loads", [CP_ASYNC, None], ids=["cp.async", "tma"])
+@pytest.mark.parametrize("loads", [CP_ASYNC, None, RELEASE], ids=["cp.async", "tma", "tma-release"])
 def test_the_model_catches_the_full_prefetch_distance_with_a_group_in_flight(monkeypatch, loads):
     args = (256, 256, 64 * 6, 128, 128, 64, False, False, 3, 128, "float16")
     monkeypatch.setattr(pipeline_cuda, "prefetch_distance", lambda stages, in_flight: stages - 1)
@@ -270,7 +270,7 @@ def test_the_model_catches_a_tma_step_that_does_not_wait_for_its_tile():
 
 
 def test_the_model_catches_a_load_that_does_not_wait_for_its_stage_to_be_released():
-    func = _stage((256, 256, 64 * 8, 128, 128, 64, False, False, 3, 128, "float16"))
+    func = _stage((256, 256, 64 * 8, 128, 128, 64, False, False, 3, 128, "float16"), RELEASE)
 
     def no_free_wait(x: Any) -> Any:
         if isinstance(x.value, tvm.ir.Call) and extern_name(x.value) == "tl::mbar_wait" and \
@@ -294,7 +294,7 @@ def test_the_model_catches_a_stage_released_before_its_group_retired(monkeypatch
 
     monkeypatch.setattr(tma, "tma_loop", early)
     with pytest.raises(HazardError, match="released while a wgmma group that reads it is in flight"):
-        _replay((256, 256, 64 * 6, 128, 128, 64, False, False, 3, 128, "float16"))
+        _replay((256, 256, 64 * 6, 128, 128, 64, False, False, 3, 128, "float16"), RELEASE)
 
 
 def test_the_model_catches_a_tma_wait_on_the_wrong_phase():

@@ -118,7 +118,7 @@ def main() -> None:
         ref = torch.relu(a @ b)
         t_ref = clean_ms(lambda a=a, b=b: torch.relu(a @ b), rep=args.rep)
         print(f"\n{n}^3  torch.relu(a @ b): {t_ref:.3f} ms  {flops / t_ref / 1e9:.1f} TF/s", flush=True)
-        variants = [("tma", None), ("tma-sync", {"tl.cuda.tma_release": False}),
+        variants = [("tma", None), ("tma-rel", {"tl.cuda.tma_release": True}),
                     ("cp.async", {"tl.disable_tma_lower": True})]
         variants += [("wgmma-w0", {"tl.cuda.wgmma_pipeline": False})] if args.w0 else []
         variants += [] if args.no_mma else [("mma.sync", {"tl.cuda.wgmma": False})]

@@ -17,14 +17,15 @@ global 2-D tile into a tile in a wgmma layout, :func:`tma_loop` replaces the ``c
     epilogue:  __syncthreads()
 
 When the consumer part is one wgmma ``T.gemm`` (the GEMM mainloop) the per-step ``__syncthreads`` is replaced by
-*empty* barriers (pass_configs ``tl.cuda.tma_release``, default on): every thread arrives on ``empty[stage]`` once
-the wgmma group that read the stage has retired, and thread 0 waits for that phase before loading into the stage
-again, so the warpgroups no longer meet at a block-wide barrier in every k-step. Both forms use the prefetch
-distance ``d`` of the ``cp.async`` pipeline (``s - 1``, or ``s - 2`` while a wgmma group stays in flight). The
-tensor maps are encoded by the launcher for each call's tensors (``runtime/exported.py``: ``TensorMaps``) from the
-descriptions this module records (``tl.tma_maps``); the code generator passes them to the kernel as one
-``__grid_constant__`` parameter. pass_configs ``tl.disable_tma_lower=True`` keeps ``cp.async``; when TMA does not
-apply, the reason is recorded as a kernel note.
+*empty* barriers when pass_configs ``tl.cuda.tma_release`` is True (off by default: measured 2-3% slower on the
+H200, the loading thread's warp stalls on the release): every thread arrives on ``empty[stage]`` once the wgmma
+group that read the stage has retired, and thread 0 waits for that phase before loading into the stage again, so the
+warpgroups no longer meet at a block-wide barrier in every k-step. Both forms use the prefetch distance ``d`` of the
+``cp.async`` pipeline (``s - 1``, or ``s - 2`` while a wgmma group stays in flight). The tensor maps are encoded by
+the launcher for each call's tensors (``runtime/exported.py``: ``TensorMaps``) from the descriptions this module
+records (``tl.tma_maps``); the code generator passes them to the kernel as one ``__grid_constant__`` parameter.
+pass_configs ``tl.disable_tma_lower=True`` keeps ``cp.async``; when TMA does not apply, the reason is recorded as a
+kernel note.
 """
 
 from __future__ import annotations
