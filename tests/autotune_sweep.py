@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -44,16 +45,33 @@ class Killer:
         self.busy_pid = busy_pid
         self.done: dict[str, int] = {COMPILE: 0, TIME: 0}
         self.killed: dict[str, int] = {}
+        self._hunting: set[str] = set()
 
     def __call__(self, executor: Any) -> None:
         for role in (COMPILE, TIME):
             done = sum(w.done for w in executor.workers.values() if w.role == role)
-            if role in self.killed or done < KILL_AFTER[role]:
+            if role in self.killed or role in self._hunting or done < KILL_AFTER[role]:
                 continue
             pid = self.busy_pid(executor, role)
             if pid:
                 os.kill(pid, signal.SIGKILL)
                 self.killed[role] = pid
+                continue
+            # a progress event comes when a task has just finished, so the worker may be idle right now: watch it
+            # from a thread until it has its next task, then kill it (on a fast machine the one timing worker was
+            # never busy at the moment of the event, and the test never killed it)
+            self._hunting.add(role)
+            threading.Thread(target=self._hunt, args=(executor, role), daemon=True).start()
+
+    def _hunt(self, executor: Any, role: str, timeout_s: float = 60.0) -> None:
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            pid = self.busy_pid(executor, role)
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+                self.killed[role] = pid
+                return
+            time.sleep(0.005)
 
 
 def check_complete(result: Any, db: TuningDB, executor: str) -> None:

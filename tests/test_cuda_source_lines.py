@@ -151,3 +151,22 @@ def test_an_nvcc_source_line_build_maps_the_same_way():
     listing = k.code_by_line("sass")
     assert instruction_mix(listing.of(line_of("gemm"), __file__))["HGMMA"] > 0
     assert k.resources().registers == k.resources().to_dict()["registers"] > 0
+
+
+def test_the_same_program_at_other_lines_is_a_new_source_line_build(tmp_path):
+    """A source-line build writes the user's file and lines into its code, so the cache key covers them: the same
+    program text two lines lower (another notebook cell) must not be served the first one's markers (in CI the
+    workbench's SASS view of one cell mapped its T.gemm line to another cell's statement)."""
+    import inspect
+    import textwrap
+
+    src = textwrap.dedent(inspect.getsource(gmm_relu))
+    builds = []
+    for pad in (0, 2):
+        path = tmp_path / f"cell{pad}.py"
+        path.write_text("import tilelang_core.language as T\n" + "\n" * pad + src)
+        ns: dict = {}
+        exec(compile(path.read_text(), str(path), "exec"), ns)  # noqa: S102 - a cell of our own text
+        builds.append(tl.compile(ns["gmm_relu"](128, 128, 128), target="cuda", pass_configs=LINEINFO))
+    a, b = (k.get_kernel_source() for k in builds)
+    assert a != b and "cell0.py" in a and "cell2.py" in b

@@ -61,10 +61,31 @@ def build_artifact(func: Any, out_dir: Any, target: dict[str, Any], specs: list[
     return art
 
 
+def _source_positions(func: Any) -> str:
+    """Every statement's user file and line, in order: a source-line build (``tl.cuda.lineinfo``) writes them into
+    its code, so two programs of the same text at other lines (two notebook cells) must not share a cache entry."""
+    import tvm_ffi
+    from tvm import tirx
+
+    from ..transform.common.rewriter import location_of
+
+    seen: list[str] = []
+
+    def note(x: Any) -> Any:
+        loc = location_of(getattr(x, "span", None))
+        if loc is not None:
+            seen.append(f"{loc.file}:{loc.line}")
+        return x
+
+    kinds = [getattr(tirx, n) for n in ("Evaluate", "For", "BufferStore", "IfThenElse", "Bind") if hasattr(tirx, n)]
+    tvm_ffi.structural_map(func.body, [(k, note) for k in kinds])
+    return ";".join(seen)
+
+
 def compile_cuda(func: Any, specs: list[ParamSpec], outs: list[int], target: dict[str, Any],
                  name: str | None = None, config: dict[str, Any] | None = None, pass_configs: Any = None,
                  compile_flags: list[str] | None = None) -> JITKernel:
-    from ..pass_config import resolve
+    from ..pass_config import PassConfigKey, resolve
 
     strided = [p for p in specs if getattr(p, "strides", None)]
     if strided:  # the CUDA lowering's vectorised copies and tensor-core paths assume row-major tensors
@@ -73,7 +94,10 @@ def compile_cuda(func: Any, specs: list[ParamSpec], outs: list[int], target: dic
                                    "contiguous tensor (T.Tensor) (docs/compat.md)", stage="tl.CheckStridesCUDA")
     opts = resolve(pass_configs)
     t0 = time.perf_counter()
-    key = cache.disk_key(func.script(), outs, target, opts, toolchain(target, opts, compile_flags))
+    text = func.script()
+    if opts[PassConfigKey.TL_CUDA_LINEINFO]:  # the build's line markers name the user's file and lines: key them
+        text += "\n# source positions: " + _source_positions(func)
+    key = cache.disk_key(text, outs, target, opts, toolchain(target, opts, compile_flags))
     with cache.compile_lock(key):  # one thread (of any process) compiles a key; the others then find it on disk
         art = cache.disk_get(key)
         status = "disk"
