@@ -445,8 +445,13 @@ class Emulator:
             return
         if fname == "printf":
             return
+        # an L2 eviction hint (T.copy eviction_policy) changes no value: the copies without it
+        fname = re.sub(r"^(tl::cp_async_16(?:_zfill)?)_hint<\d>$", r"\1", fname)
         if fname in ("tl::cp_async_16", "tl::cp_async_16_zfill"):
             self._cp_async(fname, args, th)
+            return
+        if re.fullmatch(r"tl::copy_16_hint<\d>", fname):
+            self._copy_16(args, th)
             return
         if fname == "tl::cp_async_commit":
             th.groups.append(th.issued)
@@ -481,6 +486,18 @@ class Emulator:
         dst.storage.writer[sl] = -1  # ... but the bytes change only when the copy lands
         dst.storage.inflight[sl] = th.tid
         th.issued.append((dst.storage, d0, data))
+
+    def _copy_16(self, args: list[Any], th: _Thread) -> None:
+        """A synchronous 16-byte copy (``tl::copy_16_hint``): read now, written now."""
+        dst, src = self.pointer(args[0], th), self.pointer(args[1], th)
+        d0 = dst.elem * np.dtype(_STORAGE[dst.dtype]).itemsize
+        s0 = src.elem * np.dtype(_STORAGE[src.dtype]).itemsize
+        for name, b, st in ((dst.storage.name, d0, dst.storage), (src.storage.name, s0, src.storage)):
+            if b % 16 or b < 0 or b + 16 > len(st.data):
+                self.problem(f"16-byte copy at {name} byte {b}: not 16 aligned bytes inside it")
+        self._track(src.storage, th, np.array([s0 // 16]), 16, write=False)
+        self._track(dst.storage, th, np.array([d0 // 16]), 16, write=True)
+        dst.storage.data[d0:d0 + 16] = src.storage.data[s0:s0 + 16]
 
     def _cp_async_land(self, th: _Thread, group: list[tuple[_Storage, int, np.ndarray]]) -> None:
         for st, d0, data in group:

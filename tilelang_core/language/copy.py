@@ -13,14 +13,36 @@ from tvm import tirx
 
 from ._ir import dtype_of, emit, shape_of, to_region
 
+# TileLang's spelling and codes of ``T.copy(..., eviction_policy=)``: the L2 priority of the copy's global loads
+EVICTION_POLICIES = {"evict_normal": 0, "evict_first": 1, "evict_last": 2}
 
-def copy(src: Any, dst: Any, **_ignored: Any) -> None:
-    """Copy a tile: ``T.copy(A[by * bM, k * bK], A_shared)``."""
+
+def eviction_code(policy: Any) -> int | None:
+    """The code of an ``eviction_policy`` argument (None when not given); a clear error for anything else."""
+    if policy is None:
+        return None
+    if not isinstance(policy, str) or policy not in EVICTION_POLICIES:
+        raise ValueError(f"T.copy eviction_policy: expected one of {', '.join(map(repr, EVICTION_POLICIES))} or "
+                         f"None, got {policy!r}")
+    return EVICTION_POLICIES[policy]
+
+
+def copy(src: Any, dst: Any, coalesced_width: Any = None, disable_tma: bool = False,
+         eviction_policy: str | None = None, **_ignored: Any) -> None:
+    """Copy a tile: ``T.copy(A[by * bM, k * bK], A_shared)``.
+
+    ``eviction_policy`` (``"evict_first"``, ``"evict_last"``, ``"evict_normal"``) is the L2 priority of the copy's
+    global loads on CUDA (a cache hint, docs/cuda.md); the CPU accepts it with no effect. When given it travels as
+    the call's fourth argument (the third is the asynchronous flag the CUDA pipeline sets)."""
+    code = eviction_code(eviction_policy)
     src_shape, dst_shape = shape_of(src), shape_of(dst)
     if src_shape is None and dst_shape is None:
         raise TypeError("T.copy: both src and dst use the start-index form A[i, j]; at least one side must be a "
                         "whole buffer or an explicit slice so the tile extents are known")
-    emit("tl.copy", [to_region(src, dst_shape, "T.copy src"), to_region(dst, src_shape, "T.copy dst")])
+    args = [to_region(src, dst_shape, "T.copy src"), to_region(dst, src_shape, "T.copy dst")]
+    if code is not None:
+        args += [tirx.IntImm("int32", 0), tirx.IntImm("int32", code)]
+    emit("tl.copy", args)
 
 
 def fill(buffer: Any, value: Any) -> None:

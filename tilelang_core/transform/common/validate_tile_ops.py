@@ -35,7 +35,7 @@ class ValidateTileOps(Rewriter):
         return len(a) == len(b) and all(self.ana.can_prove_equal(x, y) for x, y in zip(a, b))
 
     def _check_copy(self, s: Any) -> None:
-        src, dst = (Region.of(a) for a in s.value.args)
+        src, dst = (Region.of(a) for a in s.value.args[:2])
         se = [src.extents[d] for d in squeezed(src, self.ana)]
         de = [dst.extents[d] for d in squeezed(dst, self.ana)]
         if not self._same(se, de):

@@ -34,6 +34,15 @@ PER_THREAD_SCOPES = ("local", "local.var")
 SHARED_SCOPES = ("shared", "shared.dyn")
 
 
+EVICTION_NAMES = ("evict_normal", "evict_first", "evict_last")  # T.copy(..., eviction_policy=) codes 0, 1, 2
+
+
+def eviction_of(s: Any) -> int | None:
+    """The ``eviction_policy`` code of a ``tl.copy`` statement (its fourth argument), None when not given."""
+    args = s.value.args
+    return const_int(args[3]) if len(args) > 3 else None
+
+
 def is_buffer(x: Any) -> bool:
     return isinstance(x, tvm.ir.Var) and tirx.is_buffer_var(x)
 

@@ -44,12 +44,16 @@ from tvm import tirx
 from ...language._ir import Region, dtype_of
 from ...language.loops import PARALLEL_ATTR
 from ...language.math import infinity as float_infinity  # bfloat16 too (TVM's knows fp16/32/64)
+from ..common.notes import add_notes, at_line
 from ..common.regions import in_bounds_conds, indices_at, is_global, squeezed
 from ..common.rewriter import Rewriter, and_all, const_int, make_for, new_var, seq, tile_op_name, with_span
 from .common import (
     ATTR_SWIZZLE,
+    EVICTION_NAMES,
     PER_THREAD_SCOPES,
     WGMMA_PENDING_ATTR,
+    calls_extern,
+    eviction_of,
     extern,
     find_thread_var,
     gemm_operands,
@@ -116,6 +120,7 @@ class LowerTileOpsCUDA(Rewriter):
         self.atomic_kind = "add"
         self.wgmma_pending = 0  # groups a wgmma T.gemm leaves in flight (tl.PipelineCUDA's attribute)
         self.reducers = reducers_in(func)  # T.alloc_reducer buffers -> op
+        self.hint_notes: list[str] = []  # T.copy eviction_policy hints that no load could carry
 
     # -- memory kinds --------------------------------------------------------------------------------------
     def kind(self, buf: Any) -> str:
@@ -266,7 +271,13 @@ class LowerTileOpsCUDA(Rewriter):
                 si, di = indices_at(src, sd, co), indices_at(dst, dd, co)
                 return self.write(dst.buffer, self.guarded_read(src.buffer, si, str(dst.buffer.dtype)), di)
             return self.nest(exts, one)
-        return self._copy_distributed(src, sd, dst, dd, exts, is_async)
+        policy = eviction_of(s) or 0
+        out = self._copy_distributed(src, sd, dst, dd, exts, is_async, policy if ks == "G" else 0)
+        if policy and ks == "G" and not calls_extern(out, "tl::"):
+            self.hint_notes.append(f"{at_line(s)}T.copy {src.buffer.name} -> {dst.buffer.name}: eviction_policy="
+                                   f"{EVICTION_NAMES[policy]} not applied (the L2 hint rides on 16-byte loads; this "
+                                   "copy's rows are not 16-byte chunks)")
+        return out
 
     def _copy_fragment(self, s: Any, frag: Region, fd: list[int], other: Region, od: list[int], into: bool) -> Any:
         """Copy between a distributed fragment and global/shared/per-thread memory (or a same-layout fragment)."""
@@ -378,8 +389,10 @@ class LowerTileOpsCUDA(Rewriter):
         return tirx.IfThenElse(and_all(tconds), fast, slow)
 
     def _copy_distributed(self, src: Region, sd: list[int], dst: Region, dd: list[int], exts: list[int],
-                          is_async: bool) -> Any:
-        """Copy between global/shared/per-thread tiles with the block's threads taking consecutive chunks."""
+                          is_async: bool, policy: int = 0) -> Any:
+        """Copy between global/shared/per-thread tiles with the block's threads taking consecutive chunks.
+        ``policy``: the L2 eviction priority of the global loads (1 first, 2 last; 0: none), carried by
+        ``tl::cp_async_16_hint`` / ``tl::copy_16_hint`` on 16-byte chunks (include/tl/copy.cuh)."""
         sdt, ddt = str(src.buffer.dtype), str(dst.buffer.dtype)
         ks, kd = self.kind(src.buffer), self.kind(dst.buffer)
         if not exts:  # one element (every extent 1): thread 0 moves it
@@ -421,15 +434,25 @@ class LowerTileOpsCUDA(Rewriter):
             si, di = indices_at(src, sd, co), indices_at(dst, dd, co)
             if use_cp_async:
                 conds = in_bounds_conds(src.buffer, si, self.ana) if guarded else []
+                hint = f"_hint<{policy}>" if policy else ""
                 if conds:
                     pred = and_all(conds)
                     safe = [tirx.if_then_else(pred, i, _imm(0)) for i in si]
-                    call = extern("tl::cp_async_16_zfill", tirx.address_of(_load(dst.buffer, di)),
+                    call = extern(f"tl::cp_async_16_zfill{hint}", tirx.address_of(_load(dst.buffer, di)),
                                   tirx.address_of(_load(src.buffer, safe)), pred)
                 else:
-                    call = extern("tl::cp_async_16", tirx.address_of(_load(dst.buffer, di)),
+                    call = extern(f"tl::cp_async_16{hint}", tirx.address_of(_load(dst.buffer, di)),
                                   tirx.address_of(_load(src.buffer, si)))
                 return _guard(valid, call)
+            if vec > 1 and policy and vec * dtype_bytes(sdt) == 16:
+                # a hinted 16-byte load (ld.global with an L2 cache policy), stored as one 16-byte chunk
+                call = extern(f"tl::copy_16_hint<{policy}>", tirx.address_of(_load(dst.buffer, di)),
+                              tirx.address_of(_load(src.buffer, si)))
+                dv = di[:-1] + [tirx.Ramp(di[-1], 1, vec)]
+                zero = tirx.BufferStore(dst.buffer, tirx.Broadcast(tirx.const(0, ddt), vec), dv)
+                sc = in_bounds_conds(src.buffer, si, self.ana) if guarded else []
+                dc = in_bounds_conds(dst.buffer, di, self.ana) if guarded and kd == "G" else []
+                return _guard(valid + dc, _guard(sc, call, zero if sc else None))
             if vec > 1:
                 sv = si[:-1] + [tirx.Ramp(si[-1], 1, vec)]
                 dv = di[:-1] + [tirx.Ramp(di[-1], 1, vec)]
@@ -967,6 +990,7 @@ def lower_tile_ops_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
     out = pass_.run(func)
     if pass_.reducers:  # tl.LowerParallelCUDA gives each iteration of a nest updating one of them to one thread
         out = out.with_attr(ATTR_REDUCERS, pass_.reducers)
+    out = add_notes(out, pass_.hint_notes)
     if pass_.new_swizzle:
         merged = dict(swizzles_of(out))
         merged.update(pass_.new_swizzle)

@@ -60,6 +60,7 @@ from .common import (
     WGMMA_PENDING_ATTR,
     buffers_touched,
     count_uses,
+    eviction_of,
     extern,
     find_thread_var,
     gemm_operands,
@@ -142,8 +143,8 @@ def _with_stage(node: Any, remap: dict[Any, Any], stage: Any) -> Any:
 
 def _mark_async(s: Any) -> Any:
     call = s.value
-    return tirx.Evaluate(tvm.ir.Call(call.op, [*call.args[:2], tirx.IntImm("int32", 1)], ret_ty="handle"),
-                         span=s.span)
+    args = [*call.args[:2], tirx.IntImm("int32", 1), *call.args[3:]]  # keeps the copy's eviction_policy
+    return tirx.Evaluate(tvm.ir.Call(call.op, args, ret_ty="handle"), span=s.span)
 
 
 
@@ -395,6 +396,13 @@ class PipelineCUDA(Rewriter):
         plans = [tma.plan_copy(p, self.swizzle) for p in producers]
         if not any(m is not None for m, _ in plans):
             return None  # no producer could take TMA (tiles for mma.sync or FMA): nothing to report
+        hinted = [p for p in producers if eviction_of(p)]
+        if hinted:  # the L2 hint rides on cp.async (tl::cp_async_16_hint); our TMA loads carry none
+            from ..common.notes import at_line
+
+            self.fused_notes.append(f"{at_line(hinted[0])}T.Pipelined loads keep cp.async, not TMA: T.copy "
+                                    "eviction_policy is carried by cp.async's L2 cache hint")
+            return None
         why = next((w for m, w in plans if m is None), "")
         if why:
             self.fused_notes.append(f"T.Pipelined loads keep cp.async, not TMA: {why}")

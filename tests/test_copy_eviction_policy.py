@@ -1,0 +1,101 @@
+"""``T.copy(..., eviction_policy=)``: TileLang's L2 priority of a copy's global loads.
+
+On CUDA the loads of that copy carry an L2 cache policy (``createpolicy`` + ``.L2::cache_hint`` on cp.async or on
+a 16-byte ``ld.global``), checked in the generated source and in the PTX nvcc/ptxas accept; the values are checked
+in the CUDA emulator (the hint changes no value). The CPU accepts the argument with no effect. A bad value is an
+error naming the argument."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import tilelang_core as tilelang
+import tilelang_core.language as T
+from tilelang_core.backend.cuda import find_nvcc
+from tilelang_core.errors import TileLangCompileError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cuda_emulator import emulate  # noqa: E402
+from test_compat_language_ops_cuda import cuda_source  # noqa: E402
+
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found: the CUDA compile tests need it")
+
+
+@tilelang.jit(out_idx=[-1])
+def staged_scale(M, N, policy, block_M=64):
+    """B = 2 * A through a shared tile loaded with ``eviction_policy=policy`` (ragged rows allowed)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float16"), B: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(M, block_M), threads=128) as bx:
+            s = T.alloc_shared((block_M, N), "float16")
+            T.copy(A[bx * block_M, 0], s, eviction_policy=policy)
+            for i, j in T.Parallel(block_M, N):
+                s[i, j] = s[i, j] * T.float16(2)
+            T.copy(s, B[bx * block_M, 0])
+
+    return main
+
+
+@tilelang.jit(out_idx=[-1])
+def pipelined_gemm(M, N, K, policy):
+    """C = A @ B with A's pipelined loads hinted ``policy`` (B's not)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, 64), T.ceildiv(M, 64), threads=128) as (bx, by):
+            As = T.alloc_shared((64, 32), "float16")
+            Bs = T.alloc_shared((32, 64), "float16")
+            Cl = T.alloc_fragment((64, 64), "float32")
+            T.clear(Cl)
+            for k in T.Pipelined(T.ceildiv(K, 32), num_stages=2):
+                T.copy(A[by * 64, k * 32], As, eviction_policy=policy)
+                T.copy(B[k * 32, bx * 64], Bs)
+                T.gemm(As, Bs, Cl)
+            T.copy(Cl, C[by * 64, bx * 64])
+
+    return main
+
+
+def test_cpu_copy_with_an_eviction_policy_computes_the_same_result():
+    a = torch.randn(130, 64).half()
+    torch.testing.assert_close(staged_scale(130, 64, "evict_first")(a), a * 2)
+
+
+@pytest.mark.parametrize("bad", ["evict_sometimes", 1])
+def test_bad_eviction_policy_is_an_error_naming_the_argument(bad):
+    with pytest.raises((TileLangCompileError, ValueError), match=r"T\.copy eviction_policy: expected one of "
+                                                                 r"'evict_normal', 'evict_first', 'evict_last'"):
+        staged_scale.get_program(64, 64, bad)
+
+
+@needs_nvcc
+def test_cuda_pipelined_copy_carries_the_l2_hint_on_cp_async(tmp_path):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    src = cuda_source(tmp_path / "a", pipelined_gemm, 128, 128, 128, "evict_first")
+    hinted = [ln for ln in src.splitlines() if "cp_async_16" in ln]
+    assert any("tl::cp_async_16_hint<1>" in ln and "A_ptr" in ln for ln in hinted)
+    assert not any("_hint" in ln and "B_ptr" in ln for ln in hinted)  # only the copy that asked
+    plain = cuda_source(tmp_path / "b", pipelined_gemm, 128, 128, 128, None, cubin=False)
+    assert "_hint<" not in plain
+
+
+@needs_nvcc
+def test_cuda_synchronous_copy_loads_with_an_l2_cache_policy(tmp_path):
+    src = cuda_source(tmp_path, staged_scale, 100, 64, "evict_last")
+    assert "tl::copy_16_hint<2>" in src
+    kernel = tilelang.jit(out_idx=[-1], target="cuda")(staged_scale.factory)(100, 64, "evict_first")
+    ptx = kernel.get_kernel_source("ptx")
+    assert "createpolicy.fractional.L2::evict_first.b64" in ptx
+    assert "ld.global.L1::no_allocate.L2::cache_hint.v4.u32" in ptx
+
+
+def test_cuda_hinted_copies_compute_the_same_values_in_the_emulator():
+    a = torch.randn(100, 64).half()
+    (b,) = emulate(staged_scale, (100, 64, "evict_first"), {}, [a])
+    torch.testing.assert_close(b, a * 2)
