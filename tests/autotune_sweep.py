@@ -32,6 +32,26 @@ def hanging_gemm(M: int, N: int, K: int, block_M: int = 16, block_N: int = 16, b
     return matmul_relu.factory(M, N, K, block_M, block_N, block_K)
 
 
+def stuck_gemm(M: int, N: int, K: int, block_M: int = 16, block_N: int = 16, block_K: int = 16,
+               stuck: str = "") -> Any:
+    """The quickstart GEMM, except that ``stuck="compile"`` never finishes compiling and ``stuck="run"`` builds a
+    kernel that never finishes running (2^48 dependent multiply-adds: a kernel that hangs)."""
+    if stuck == "compile":
+        time.sleep(3600)
+    if stuck != "run":
+        return matmul_relu.factory(M, N, K, block_M, block_N, block_K)
+    import tilelang_core.language as T
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float32"), B: T.Tensor((K, N), "float32"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=1) as _bx:
+            C[0, 0] = A[0, 0]
+            for _i, _j, _k in T.grid(65536, 65536, 65536):
+                C[0, 0] = C[0, 0] * B[0, 0] + A[0, 0]
+
+    return main
+
+
 def deadly_reference(a: Any, b: Any) -> Any:
     """A reference that kills the process computing it (a config that takes its timing worker down)."""
     os._exit(7)
@@ -112,4 +132,4 @@ def kind_of(result: Any) -> dict[str, Any]:
 
 
 __all__ = ["SHAPES", "SPACE", "TIMING", "Killer", "check_complete", "kind_of", "deadly_reference", "EXPECTED_KIND",
-           "hanging_gemm"]
+           "hanging_gemm", "stuck_gemm"]

@@ -1,7 +1,7 @@
 """The local executor end to end: the quickstart GEMM over 64 configurations through 2 compile processes and one
 CPU timing process, with one compile worker and the timing worker SIGKILLed mid-sweep (no result lost); a
-configuration that kills its timing worker twice, or whose compile hangs past the task timeout, is recorded as failed;
-Ctrl-C cancels the work in flight."""
+configuration that kills its timing worker twice, or whose compile or kernel hangs past the task timeout
+(``tune(timeout=...)``), is recorded as failed while the sweep goes on; Ctrl-C cancels the work in flight."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ from autotune_sweep import (
     deadly_reference,
     hanging_gemm,
     kind_of,
+    stuck_gemm,
 )
 
 from tilelang_core.autotune import TuningDB, tune
-from tilelang_core.autotune.executors import COMPILE
+from tilelang_core.autotune.executors import COMPILE, TIME
 from tilelang_core.autotune.local_executor import LocalExecutor
 from tilelang_core.autotune.record import COMPILE_ERROR, RUN_ERROR
 from tilelang_core.quickstart import matmul_relu, reference
@@ -32,6 +33,15 @@ def executor():
     ex = LocalExecutor(compile_workers=2)
     yield ex
     ex.shutdown()
+
+
+def warm(factory, *configs) -> None:
+    """Compile these configurations into the kernel cache first, so that in the sweep they come from the disk cache
+    in well under the test's short task timeout even on a loaded machine (only the hang takes long)."""
+    from tilelang_core.autotune.workers import compile_config, jitted
+
+    for c in configs:
+        compile_config(jitted(factory), {**SHAPES, **c})
 
 
 def _busy_pid(ex: LocalExecutor, role: str) -> int | None:
@@ -69,6 +79,7 @@ def test_a_config_that_kills_its_timing_worker_twice_is_recorded_as_failed(execu
 def test_a_compile_that_hangs_is_killed_after_the_task_timeout_and_recorded_as_failed(executor, tmp_path,
                                                                                       monkeypatch):
     monkeypatch.setitem(executor.timeouts, COMPILE, 3.0)
+    warm(hanging_gemm, {"hang": 0})
     result = tune(hanging_gemm, [{"hang": 1}, {"hang": 0}], args=SHAPES, ref=reference, executor=executor,
                   db=tmp_path / "t.sqlite3", progress=False, finalists=0, **TIMING)
     hung, fine = result.measurements
@@ -91,3 +102,24 @@ def test_ctrl_c_cancels_the_sweep_and_its_workers(executor, tmp_path):
              progress=False, on_progress=interrupt, **TIMING)
     assert busy and busy[COMPILE] not in executor.pids().values()  # the busy worker was stopped, not left running
     assert executor.pending() == 0
+
+
+def test_tune_timeout_kills_a_kernel_that_hangs_and_the_sweep_goes_on(executor, tmp_path):
+    db = TuningDB(tmp_path / "t.sqlite3")
+    space = [{"stuck": ""}, {"stuck": "run"}]  # (a compile that hangs: the test above)
+    warm(stuck_gemm, *space)
+    result = tune(stuck_gemm, space, args=SHAPES, ref=reference, executor=executor, db=db, progress=False,
+                  finalists=0, timeout=5, **TIMING)
+    fine, hung = result.measurements
+    assert hung.status == RUN_ERROR and "time_timeout_s=5" in hung.message and "lost" in hung.message
+    assert hung.attempts == 2 and result.lost == 2
+    assert fine.ok and fine.latency_ms > 0
+    assert sorted(r.status for r in db.query("stuck_gemm", device=None)) == ["ok", RUN_ERROR]
+    assert executor.timeouts == {COMPILE: 900.0, TIME: 900.0}  # the sweep's limit does not stay on the executor
+
+
+def test_tune_timeout_is_checked_and_refused_where_nothing_can_be_killed(tmp_path):
+    with pytest.raises(ValueError, match=r"tune: timeout must be a positive number of seconds, got 0"):
+        tune(matmul_relu, SPACE[:2], args=SHAPES, timeout=0, db=False, progress=False)
+    with pytest.raises(ValueError, match=r"timeout=5 needs an executor's worker processes .* runs inline"):
+        tune(matmul_relu, SPACE[:2], args=SHAPES, timeout=5, executor="inline", db=False, progress=False)

@@ -21,6 +21,23 @@ TIME = "time"
 FINALS = "finals"
 ROLES = (COMPILE, TIME)
 NAMES = ("local", "ray", "inline")
+DEFAULT_TIMEOUT_S = 900.0  # a compile or timing task running longer has hung (the slowest real ones take minutes)
+TIMEOUT_NAMES = {COMPILE: "compile_timeout_s", TIME: "time_timeout_s"}
+
+
+def check_timeout(owner: str, name: str, value: Any) -> float:
+    """``value`` as a positive number of seconds, or a ``ValueError`` naming ``owner``'s argument ``name``."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        raise ValueError(f"{owner}: {name} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def task_limit(timeouts: dict[str, float], kind: str, payload: Any) -> float:
+    """How long a task of ``kind`` may run: its role's timeout; the finalists' task times every finalist and the
+    reference in each round, so it gets one timing task's limit per finalist plus one."""
+    if kind == FINALS:
+        return timeouts[TIME] * (len(getattr(payload, "tasks", ())) + 1)
+    return timeouts[COMPILE if kind == COMPILE else TIME]
 
 
 @dataclass
@@ -53,6 +70,8 @@ class Executor:
 
     name: str = "executor"
     workers: dict[str, WorkerState] = field(default_factory=dict)
+    # seconds a task of each role may run before its worker is killed (the task then counts as lost)
+    timeouts: dict[str, float] = field(default_factory=lambda: {COMPILE: DEFAULT_TIMEOUT_S, TIME: DEFAULT_TIMEOUT_S})
 
     def open(self, job: Any) -> None:
         """Start (or reuse) the workers for this sweep's job."""
@@ -107,4 +126,5 @@ def resolve(executor: Any, workers: int | None = None) -> Any:
     return shared(workers if workers else None)
 
 
-__all__ = ["Executor", "Event", "WorkerState", "resolve", "COMPILE", "TIME", "FINALS", "ROLES", "NAMES"]
+__all__ = ["Executor", "Event", "WorkerState", "resolve", "check_timeout", "task_limit", "COMPILE", "TIME", "FINALS",
+           "ROLES", "NAMES", "DEFAULT_TIMEOUT_S", "TIMEOUT_NAMES"]

@@ -25,7 +25,17 @@ from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_ready
 from typing import Any
 
-from .executors import COMPILE, TIME, Event, Executor, WorkerState
+from .executors import (
+    COMPILE,
+    DEFAULT_TIMEOUT_S,
+    TIME,
+    TIMEOUT_NAMES,
+    Event,
+    Executor,
+    WorkerState,
+    check_timeout,
+    task_limit,
+)
 
 JOIN_TIMEOUT_S = 5.0
 _ENV_LOCK = threading.Lock()
@@ -137,14 +147,12 @@ class LocalExecutor(Executor):
     hangs), has its worker killed and counts as lost (default 900 s each)."""
 
     def __init__(self, compile_workers: int | None = None, gpus: list[int | str] | None = None,
-                 compile_timeout_s: float = 900.0, time_timeout_s: float = 900.0):
+                 compile_timeout_s: float = DEFAULT_TIMEOUT_S, time_timeout_s: float = DEFAULT_TIMEOUT_S):
         if compile_workers is not None and (not isinstance(compile_workers, int) or compile_workers < 1):
             raise ValueError(f"LocalExecutor: compile_workers must be a positive integer, got {compile_workers!r}")
-        for name, value in (("compile_timeout_s", compile_timeout_s), ("time_timeout_s", time_timeout_s)):
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"LocalExecutor: {name} must be a positive number of seconds, got {value!r}")
         super().__init__(name="local")
-        self.timeouts = {COMPILE: float(compile_timeout_s), TIME: float(time_timeout_s)}
+        self.timeouts = {COMPILE: check_timeout("LocalExecutor", "compile_timeout_s", compile_timeout_s),
+                         TIME: check_timeout("LocalExecutor", "time_timeout_s", time_timeout_s)}
         self.compile_workers = compile_workers
         self.gpus = None if gpus is None else [str(g) for g in gpus]
         self._procs: dict[str, _Proc] = {}
@@ -290,11 +298,13 @@ class LocalExecutor(Executor):
             self._replace(p)
         now = time.monotonic()
         for p in list(self._procs.values()):
-            limit = self.timeouts[p.role]
-            if p.task is not None and p.ready and p.name not in seen and now - p.started > limit:
-                kind, task_id, _payload = p.task
+            if p.task is None:
+                continue
+            kind, task_id, payload = p.task
+            limit = task_limit(self.timeouts, kind, payload)
+            if p.ready and p.name not in seen and now - p.started > limit:
                 p.task = None
-                what = "compile_timeout_s" if p.role == COMPILE else "time_timeout_s"
+                what = TIMEOUT_NAMES[p.role]
                 events.append(Event(kind, task_id, p.name, lost=True,
                                     why=f"worker {p.name} (pid {p.pid}) killed: its task ran past {what}={limit:g}"))
                 self._replace(p)

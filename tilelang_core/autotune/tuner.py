@@ -132,7 +132,7 @@ def tune(factory: Any, configs: Any, *, args: dict[str, Any] | None = None, ref:
          warmup: float = 25.0, rep: float = 100.0, on_result: Callable[[Measurement], None] | None = None,
          should_stop: Callable[[], bool] | None = None, inputs: Any = None, executor: Any = None,
          resume: bool = False, early_stop: Any = True, finalists: int = 3,
-         on_progress: Callable[[Any], None] | None = None) -> TuneResult:
+         on_progress: Callable[[Any], None] | None = None, timeout: float | None = None) -> TuneResult:
     """Try every configuration of ``factory`` at the problem ``args`` and return the measurements.
 
     ``configs``: a list of dicts, a grid ``{"block_M": [64, 128], ...}``, or a space string
@@ -151,6 +151,10 @@ def tune(factory: Any, configs: Any, *, args: dict[str, Any] | None = None, ref:
     ``finalists`` (default 3; 0: none) re-times the fastest interleaved with the reference, and ``on_progress(ex)``
     sees the executor's workers (``ex.workers``) as they progress. ``resume=True`` skips the configurations the
     database already holds for this sweep (same kernel source, fixed arguments, target, device, tolerances).
+    ``timeout``: seconds one compile or one timing task may run on an executor's worker before the worker is
+    killed (a compiler or a kernel that hangs); the task is retried once, then recorded as failed with the reason,
+    and the sweep goes on. None: the executor's own limits (900 s each by default). The inline path runs in this
+    process and cannot be limited: asking for a timeout there is a ``ValueError``.
     """
     t_start = time.perf_counter()
     cfgs = as_configs(configs)
@@ -159,6 +163,8 @@ def tune(factory: Any, configs: Any, *, args: dict[str, Any] | None = None, ref:
     if not isinstance(finalists, int) or isinstance(finalists, bool) or finalists < 0:
         raise ValueError(f"tune: finalists must be a non-negative integer, got {finalists!r}")
     stop_rule = _early_stop(early_stop)
+    if timeout is not None:
+        executors.check_timeout("tune", "timeout", timeout)
     fixed = dict(args or {})
     calls = [{**fixed, **c} for c in cfgs]
     kname, module, source_hash = kernel_identity(factory, name)
@@ -179,6 +185,10 @@ def tune(factory: Any, configs: Any, *, args: dict[str, Any] | None = None, ref:
              if _canon_config(b.config, keys) in previous}
     todo = {i: calls[i] for i in range(len(calls)) if i not in known}
     ex = _choose_executor(executor, workers, ref_spec, len(todo), (ref, inputs))
+    if timeout is not None and ex == "inline":
+        raise ValueError(f"tune: timeout={timeout!r} needs an executor's worker processes to kill, but this sweep "
+                         "runs inline (in this process: executor='inline', workers=0, a factory or reference a "
+                         "worker cannot import or unpickle); pass executor='local' or 'ray', or no timeout")
     n_workers = _worker_count(workers, len(todo), ref_spec) if ex == "inline" else 0
     result = TuneResult(kernel=kname, args=fixed, compiled_in="workers" if n_workers or ex != "inline" else "process",
                         _jit=jf, tuned=list(dict.fromkeys(k for c in cfgs for k in c)), sweep=skey,
@@ -192,7 +202,8 @@ def tune(factory: Any, configs: Any, *, args: dict[str, Any] | None = None, ref:
     else:
         _run_executor(result, ex, jf, todo, bases, ref, ref_spec, database, backend, rtol=rtol, atol=atol,
                       warmup=warmup, rep=rep, inputs=inputs, progress=progress, on_result=on_result,
-                      should_stop=should_stop, early_stop=stop_rule, finalists=finalists, on_progress=on_progress)
+                      should_stop=should_stop, early_stop=stop_rule, finalists=finalists, on_progress=on_progress,
+                      timeout=timeout)
     index = {m.uid: i for i, m in known.items()}
     index.update({m.uid: i for i, m in bases.items()})  # the inline path measures into the bases
     index.update(result._index)
@@ -263,7 +274,7 @@ def _run_executor(result: TuneResult, ex: Any, jf: Any, todo: dict[int, dict[str
                   bases: dict[int, Measurement], ref: Any, ref_spec: Any, database: TuningDB | None, backend: str,
                   *, rtol: Any, atol: Any, warmup: float, rep: float, inputs: Any, progress: bool,
                   on_result: Any, should_stop: Any, early_stop: EarlyStop | None, finalists: int,
-                  on_progress: Any) -> None:
+                  on_progress: Any, timeout: float | None = None) -> None:
     from ..jit.cache import cache_dir
     from . import scheduler
 
@@ -305,10 +316,15 @@ def _run_executor(result: TuneResult, ex: Any, jf: Any, todo: dict[int, dict[str
         if on_progress is not None:
             on_progress(executor)
 
+    saved = dict(ex.timeouts)
+    if timeout is not None:  # this sweep's limit; the (session's shared) executor keeps its own afterwards
+        ex.timeouts.update({executors.COMPILE: float(timeout), executors.TIME: float(timeout)})
     try:
         stats = scheduler.run(ex, job, todo, bases, record=record, barrier=backend != "cuda", finalists=finalists,
                               should_stop=should_stop, on_progress=progressed, best_ms=best_ms)
     finally:
+        ex.timeouts.clear()
+        ex.timeouts.update(saved)
         bar.close()
     result.retried, result.lost, result.pruned = stats.retried, stats.lost, stats.pruned
     result.cancelled = stats.cancelled
@@ -486,7 +502,11 @@ def autotune(func: Any = None, *, configs: Any = None, ref: Callable[..., Any] |
     if configs is None:
         raise TypeError("autotune: configs= is required (a list of dicts, a grid dict, or a space string)")
     for legacy in ("timeout", "supply_type", "cache_input_tensors", "skip_check", "max_mismatched_ratio"):
-        options.pop(legacy, None)  # TileLang options with no meaning here
+        # TileLang options with no meaning here; TileLang's timeout is ignored (its sweeps with a lambda reference
+        # run inline here, where tune(timeout=...) is refused): pass tune_timeout=... to limit executor tasks
+        options.pop(legacy, None)
+    if "tune_timeout" in options:
+        options["timeout"] = options.pop("tune_timeout")
 
     def wrap(f: Any) -> AutoTuner:
         return AutoTuner(f, configs, ref=ref if ref is not None else ref_prog, from_db=from_db, **options)
