@@ -20,6 +20,7 @@ from .atomic import atomic_addx2, atomic_addx4, atomic_max, atomic_min
 from .copy import clear, copy, fill, transpose
 from .dtypes import SUPPORTED_DTYPES
 from .eager import annotate_compile_flags, annotate_pass_configs, const, empty
+from .extern import import_source
 from .gemm import GemmWarpPolicy, gemm
 from .hints import annotate_layout, disable_warp_group_reg_alloc
 from .kernel import (  # Tensor: T.Tensor(shape, dtype) or T.Tensor[shape, dtype]
@@ -78,6 +79,7 @@ __all__ = [
     "ceildiv", "max", "min", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "floor", "ceil",
     "cast", "if_then_else", "infinity", "macro",
     "alloc_global", "alloc_reducer", "finalize_reducer", "annotate_layout", "disable_warp_group_reg_alloc",
+    "import_source",
     "get_thread_binding", "get_thread_bindings", "get_thread_extent", "get_thread_extents", "get_block_binding",
     "get_block_bindings", "get_block_extent", "get_block_extents", "reshape", "view", "transpose", "cumsum",
     "cummax", "clamp",

@@ -16,7 +16,8 @@ import tvm
 from tvm import tirx
 from tvm.ir import Op, Range, TensorLoad, TensorRegion
 
-TILE_OPS = ("tl.copy", "tl.gemm", "tl.fill", "tl.reduce", "tl.atomic_add", "tl.print", "tl.use_swizzle")
+TILE_OPS = ("tl.copy", "tl.gemm", "tl.fill", "tl.reduce", "tl.atomic_add", "tl.print", "tl.use_swizzle",
+            "tl.import_source", "tl.annotate_layout")
 
 for _name in TILE_OPS:
     tvm.ir.register_op_attr(_name, "TCallEffectKind", 3)  # opaque: never moved or removed by TVM

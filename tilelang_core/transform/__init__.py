@@ -12,9 +12,11 @@ from typing import Any
 
 from ..pass_config import PassConfigKey  # TileLang's spelling: tilelang.transform.PassConfigKey
 from .common.bf16_scalar_params import bf16_scalar_params
+from .common.imported_sources import collect_imported_sources
 from .common.nan_skipping_minmax import nan_skipping_minmax
 from .common.promote_index_int64 import check_index_extents, promote_index_int64
 from .common.validate_tile_ops import validate_tile_ops
+from .cpu.check_extern_calls_cpu import check_extern_calls_cpu
 from .cpu.clamp_guarded_loops_cpu import clamp_guarded_loops_cpu
 from .cpu.fast_exp_cpu import fast_exp_cpu
 from .cpu.fp8_cast_cpu import fp8_cast_cpu
@@ -32,6 +34,8 @@ def cpu_passes(vector_bytes: int) -> list[tuple[str, Any]]:
     Python calls (not TVM module passes) so our errors keep their class."""
     return [
         ("tl.ValidateTileOps", validate_tile_ops),
+        ("tl.CollectImportedSources", collect_imported_sources),
+        ("tl.CheckExternCallsCPU", check_extern_calls_cpu),
         ("tl.CheckIndexExtents", check_index_extents),
         ("tl.LowerKernelGridCPU", lower_kernel_grid_cpu),
         ("tl.LowerTileOpsCPU", lambda f: lower_tile_ops_cpu(f, vector_bytes)),
@@ -70,6 +74,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
     opts = resolve(options)
     return [
         ("tl.ValidateTileOps", validate_tile_ops),
+        ("tl.CollectImportedSources", collect_imported_sources),
         ("tl.CheckIndexExtents", check_index_extents),
         ("tl.Bf16ScalarParams", bf16_scalar_params),
         ("tl.LowerKernelLaunchCUDA", lower_kernel_launch_cuda),

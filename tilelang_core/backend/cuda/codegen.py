@@ -149,6 +149,7 @@ def generate(mod: Any, arch: str = "sm_90", instruments: list[Any] | None = None
     from tvm.tirx.build import codegen_build, split_host_device_mods
 
     from ...pass_config import PassConfigKey, resolve
+    from ...transform.common.imported_sources import imported_sources
     from ...transform.cuda.common import ATTR_LAUNCH, ATTR_SMEM
 
     func = mod["main"]
@@ -207,6 +208,9 @@ def generate(mod: Any, arch: str = "sm_90", instruments: list[Any] | None = None
                                        "scalar parameter nor a symbolic size of the program", stage="codegen")
     # TVM hands the source to the (overridden) compile callback where a driver is present, else keeps it as is
     source = HEADER + (captured.sources[-1] if captured.called else rt.inspect_source(""))
+    imported = imported_sources(func)
+    if imported:  # T.import_source: the user's device code at file scope, after our headers, before the kernel
+        source = HEADER + "\n// T.import_source\n" + "\n".join(imported) + "\n\n" + source[len(HEADER):]
     source = _packed_broadcasts(_wgmma_source(source))
     tma_maps: list[dict[str, Any]] = []
     if func.attrs is not None and "tl.tma_maps" in func.attrs:

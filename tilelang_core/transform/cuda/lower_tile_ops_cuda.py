@@ -233,7 +233,7 @@ class LowerTileOpsCUDA(Rewriter):
     def visit_Evaluate(self, s: Any) -> Any:  # noqa: N802
         name = tile_op_name(s)
         if name is None:
-            return s
+            return _void_extern(s)
         if self.in_parallel and name != "tl.atomic_add":
             self.error(s.span, f"{name[3:]} is a tile operation and cannot be used inside T.Parallel on CUDA")
             return s
@@ -414,6 +414,11 @@ class LowerTileOpsCUDA(Rewriter):
         n_chunks = total // vec
         rounds = -(-n_chunks // self.threads)
         use_cp_async = is_async and ks == "G" and kd == "S" and vec * dtype_bytes(sdt) == 16
+        if not use_cp_async and vec > 4 and sdt.startswith("float8"):
+            vec = 4  # TVM's CUDA codegen prints float8 vectors (and their zero-fill broadcasts) of 1, 2 or 4 lanes only
+            cshape = exts[:-1] + [exts[-1] // vec]
+            n_chunks = total // vec
+            rounds = -(-n_chunks // self.threads)
 
         def chunk_coords(q: Any) -> tuple[list[Any], list[Any]]:
             c = q * self.threads + self.tid
@@ -982,6 +987,17 @@ def _printf_arg(v: Any) -> tuple[str, Any]:
     if dt == "bool":
         return "%d", tirx.Cast("int32", v)
     return "%lld", tirx.Cast("int64", v)
+
+
+def _void_extern(s: Any) -> Any:
+    """``T.call_extern("handle", f, ...)`` as a statement (TileLang's spelling of a call to a void device function,
+    a ``T.import_source`` decoder) called for its effect: TVM would print ``(void*)f(...)``, which does not compile
+    for a void ``f``; an int32-typed call prints ``f(...);``."""
+    v = s.value
+    if isinstance(v, tvm.ir.Call) and isinstance(v.op, tvm.ir.Op) and str(v.op.name) == "tirx.call_extern" \
+            and dtype_of(v) is None:  # a handle-typed call
+        return tirx.Evaluate(tirx.call_extern("int32", *v.args), span=s.span)
+    return s
 
 
 def lower_tile_ops_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
