@@ -46,7 +46,10 @@ CP_ASYNC = {"tl.disable_tma_lower": True}  # loads by cp.async (TMA, the default
 
 
 def _stage(args: tuple, pass_configs: Any = None, name: str = "tl.PipelineCUDA") -> Any:
+    """The kernel after pass ``name``; these tests replay one thread's program, so the TMA loop stays on the
+    program's threads (the warp-specialised form has its own model: tests/test_cuda_warp_specialize.py)."""
     seen = {}
+    pass_configs = {"tl.disable_warp_specialized": True, **(pass_configs or {})}
     cuda_codegen.lower(gemm_t.get_program(*args), record=lambda n, f, _s: seen.__setitem__(n, f), arch="sm_90a",
                        options=resolve(pass_configs))
     return seen[name]

@@ -24,8 +24,8 @@ class PassConfigKey:
     """The accepted ``pass_configs`` keys (strings; ``PassConfigKey.TL_CUDA_FUSE_DEQUANT == "tl.cuda.fuse_dequant"``).
 
     TileLang's names, accepted and validated, with no effect here (documented in :data:`OPTIONS`):
-    ``TL_DISABLE_TMA_LOWER``, ``TL_DISABLE_WARP_SPECIALIZED``, ``TL_ENABLE_FAST_MATH``, ``TL_DISABLE_FAST_MATH``,
-    ``TL_DISABLE_VECTORIZE_256``. Ours: ``TL_CUDA_*``.
+    ``TL_ENABLE_FAST_MATH``, ``TL_DISABLE_FAST_MATH``, ``TL_DISABLE_VECTORIZE_256``; TileLang's names with an
+    effect here: ``TL_DISABLE_TMA_LOWER``, ``TL_DISABLE_WARP_SPECIALIZED``. Ours: ``TL_CUDA_*``.
     """
 
     TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"
@@ -47,6 +47,7 @@ class PassConfigKey:
     TL_CUDA_WGMMA_PIPELINE = "tl.cuda.wgmma_pipeline"
     TL_CUDA_LINEINFO = "tl.cuda.lineinfo"
     TL_CUDA_TMA_RELEASE = "tl.cuda.tma_release"
+    TL_CUDA_SETMAXNREG = "tl.cuda.setmaxnreg"
 
 
 @dataclass(frozen=True)
@@ -90,8 +91,9 @@ _NOOP = "accepted for TileLang compatibility; no effect here: "
 OPTIONS: dict[str, Option] = {o.key: o for o in [
     Option(K.TL_DISABLE_TMA_LOWER, "bool", False, "CUDA sm_90: True keeps cp.async for the loads of a T.Pipelined "
            "loop that could be TMA boxes (whole 2-D tiles into wgmma-layout tiles, completing on mbarriers)"),
-    Option(K.TL_DISABLE_WARP_SPECIALIZED, "bool", False, _NOOP + "this compiler does not warp-specialise",
-           noop=True),
+    Option(K.TL_DISABLE_WARP_SPECIALIZED, "bool", False, "CUDA sm_90: True keeps the TMA loads of a T.Pipelined "
+           "wgmma GEMM loop on one of the program's threads, with a __syncthreads per k-step, instead of a producer "
+           "warpgroup (128 more threads) handing stages to the program's warpgroups on mbarriers"),
     Option(K.TL_ENABLE_FAST_MATH, "bool", False, _NOOP + "our exp/exp2 lowering is always the fast polynomial one "
            "and nvcc runs without --use_fast_math", noop=True),
     Option(K.TL_DISABLE_FAST_MATH, "bool", False, _NOOP + "see tl.enable_fast_math", noop=True),
@@ -130,6 +132,9 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "True: the threads release each stage on an mbarrier once its wgmma has retired and the loading thread "
            "waits for that, instead of a __syncthreads in every k-step (measured 2-3% slower on the H200 for the "
            "quickstart GEMM, hence off by default: the loading thread's warp stalls on the release)"),
+    Option(K.TL_CUDA_SETMAXNREG, "bool", True, "CUDA sm_90a, a warp-specialised loop with two or more consumer "
+           "warpgroups: the producer warpgroup gives registers to the consumers (setmaxnreg: 40 and 232 per thread "
+           "for two); False keeps the launch's equal share"),
     Option(K.TL_CUDA_COMPILER, "choice", "auto", "CUDA: what turns CUDA C into a cubin: 'nvcc', 'nvrtc' (the CUDA "
            "Python bindings) or 'auto' (nvcc when found, else NVRTC)", choices=("auto", "nvcc", "nvrtc")),
 ]}

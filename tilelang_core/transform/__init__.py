@@ -70,6 +70,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
     from .cuda.lower_tile_ops_cuda import lower_tile_ops_cuda
     from .cuda.lower_tile_views_cuda import lower_tile_views_cuda
     from .cuda.pipeline_cuda import pipeline_cuda
+    from .cuda.warp_specialize_cuda import warp_specialize_cuda
 
     opts = resolve(options)
     return [
@@ -88,6 +89,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
         ("tl.FP8EncodeCUDA", fp8_encode_cuda),
         ("tl.LowerParallelCUDA", lower_parallel_cuda),
         ("tl.LowerSharedMemoryCUDA", lambda f: lower_shared_memory_cuda(f, arch)),
+        ("tl.WarpSpecializeCUDA", lambda f: warp_specialize_cuda(f, opts)),
         ("tl.NanSkippingMinMax", lambda f: nan_skipping_minmax(f, cuda=True)),
         ("tl.FastExpCUDA", fast_exp_cuda),
         ("tl.PromoteIndexInt64", promote_index_int64),

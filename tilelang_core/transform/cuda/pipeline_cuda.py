@@ -74,6 +74,7 @@ from .common import (
 )
 from .layouts import MMA_DTYPES, dtype_bytes
 from .sm90 import tma
+from .sm90 import warp_specialize as ws
 
 
 def _flatten(s: Any) -> list[Any]:
@@ -241,6 +242,10 @@ class PipelineCUDA(Rewriter):
         self.notes: list[str] = []  # why a wgmma T.gemm keeps wait_group 0 (appended to tl.wgmma_notes)
         self.pipelined_depth = 0
         self.fused_notes: list[str] = []  # why an mma T.gemm's pipelined loop skips tl::pipe_gemm_step (tl.notes)
+        self.ws_loop_var, self.ws_where = _ws_candidate(func)  # the loop that may be warp-specialised, or why none
+        self.ws_applied = False
+        loop = _thread_loop(func)
+        self.body = loop.body if loop is not None else func.body  # what the thread loop's statements bind
 
     def _is_wgmma(self, gemm: Any) -> bool:
         lay = self.layouts.get(Region.of(gemm.value.args[2]).buffer)
@@ -321,6 +326,11 @@ class PipelineCUDA(Rewriter):
         if copies is not None:
             single_gemm = len(consumers) == 1 and isinstance(consumers[0], tirx.Evaluate) and \
                 tile_op_name(consumers[0]) == "tl.gemm" and self._is_wgmma(consumers[0])
+            ws_why = self._ws_why(s, single_gemm, producers, k)
+            if ws_why is None:
+                return self._warp_specialized(s, k, k0, n, stages, producers, copies, remap, consumers[0], in_flight)
+            if ws_why:
+                self.fused_notes.append(f"{_line(s)}T.Pipelined loop is not warp-specialised: {ws_why}")
             release = None
             if single_gemm and self.threads and self.options[PassConfigKey.TL_CUDA_TMA_RELEASE]:
                 release = "in_flight" if in_flight is not None else "wait0"
@@ -387,6 +397,47 @@ class PipelineCUDA(Rewriter):
         loop_body = seq([extern(f"tl::cp_async_wait<{dist - 1}>"), sync_stmt(), issue, commit, *cons])
         loop = tirx.For(k, s.min, n, tirx.ForKind.SERIAL, loop_body, None, ann or None, None, s.span)
         return seq([*prologue, loop, *epilogue], s.span)
+
+    def _ws_why(self, s: Any, single_gemm: bool, producers: list[Any], k: Any) -> str | None:
+        """None when the TMA loop ``s`` becomes a producer warpgroup plus consumers; else why not ("" when
+        switched off by pass_configs: nothing to report)."""
+        if self.options[PassConfigKey.TL_DISABLE_WARP_SPECIALIZED]:
+            return ""
+        if not single_gemm:
+            return "its body is more than the T.copy loads and one wgmma T.gemm"
+        if self.ws_loop_var is None or not self.ws_loop_var.same_as(s.loop_var):
+            return self.ws_where or "the loop is not a statement of the kernel's body"
+        if not self.threads or self.threads % 128 or self.threads + ws.PRODUCER_THREADS > 1024:
+            return (f"threads={self.threads}: the consumers must be whole warpgroups (a multiple of 128) and leave "
+                    f"room for a {ws.PRODUCER_THREADS}-thread producer warpgroup (1024 at most)")
+        stmts = _flatten(self.body)
+        at = next((i for i, x in enumerate(stmts) if isinstance(x, tirx.For) and x.loop_var.same_as(s.loop_var)),
+                  len(stmts))
+        shared = [b.var for b in ws.shared_binds(stmts[:at])]  # computed by both warpgroups before the split
+        bound = [v for v in ws.bound_in(self.body) if not v.same_as(k) and not any(v.same_as(b) for b in shared)]
+        for p in producers:
+            for v in ws.free_vars(p):
+                if any(v.same_as(b) for b in bound):
+                    return f"the loads use {v.name}, which the kernel computes before the loop"
+        return None
+
+    def _warp_specialized(self, s: Any, k: Any, k0: Any, n: Any, stages: int, producers: list[Any],
+                          copies: list[tma.TmaCopy], remap: dict[Any, Any], gemm: Any, in_flight: Any) -> Any:
+        cons = _with_stage(gemm, remap, tirx.floormod(k0, stages))
+        if in_flight is not None:
+            cons = tirx.AttrStmt(tirx.IntImm("int32", 0), WGMMA_PENDING_ATTR, tirx.IntImm("int32", 1), cons,
+                                 span=cons.span)
+        both, split = ws.ws_loop(s, k, k0, n, stages, producers, copies, remap, cons, self.tid, self.threads,
+                                 in_flight is not None, self.ana.simplify)
+        if in_flight is not None:  # the drain belongs to the consumers (the producer has no accumulator)
+            c_loc, nregs = in_flight
+            drain = extern(f"tl::wgmma_drain<{nregs}>", tirx.address_of(tirx.BufferLoad(c_loc,
+                                                                                         [tirx.IntImm("int32", 0)])))
+            prod, cons_attr = split.body.seq
+            cons_attr = tirx.AttrStmt(cons_attr.node, ws.ATTR_CONSUMER, cons_attr.value, seq([cons_attr.body, drain]))
+            split = tirx.AttrStmt(split.node, ws.ATTR_SPLIT, split.value, seq([prod, cons_attr]), span=split.span)
+        self.ws_applied = True
+        return seq([*both, split], s.span)
 
     def _tma_copies(self, producers: list[Any]) -> list[tma.TmaCopy] | None:
         """The producers as TMA copies (their maps recorded in ``self.tma_maps``), or None with the reason noted:
@@ -488,9 +539,62 @@ class PipelineCUDA(Rewriter):
         return tmpl, remap[a], remap[b], self.locals[c], frag
 
 
+def _line(s: Any) -> str:
+    loc = location_of(s.span)
+    return f"line {loc.line}: " if loc is not None else ""
+
+
+def _thread_loop(func: Any) -> Any:
+    found: list[Any] = []
+
+    def visit(x: Any) -> Any:
+        if x.kind == tirx.ForKind.THREAD_BINDING and x.thread_binding is not None and \
+                str(x.thread_binding.thread_tag) == "threadIdx.x":
+            found.append(x)
+        return x
+
+    tvm_ffi.structural_map(func.body, [(tirx.For, visit)])
+    return found[0] if len(found) == 1 else None
+
+
+def _ws_candidate(func: Any) -> tuple[Any, str]:
+    """(the loop variable of the kernel's one T.Pipelined loop when it is a statement of the thread loop's body,
+    else None; why not)."""
+    loop = _thread_loop(func)
+    pipelined: list[Any] = []
+
+    def visit(x: Any) -> Any:
+        if STAGES_ATTR in x.annotations:
+            pipelined.append(x)
+        return x
+
+    tvm_ffi.structural_map(func.body, [(tirx.For, visit)])
+    if len(pipelined) != 1:
+        return None, f"the kernel has {len(pipelined)} T.Pipelined loops (one producer warpgroup serves one loop)"
+    if loop is None or not any(isinstance(x, tirx.For) and x.loop_var.same_as(pipelined[0].loop_var)
+                               for x in _flatten(loop.body)):
+        return None, "the loop is inside another statement (a producer warpgroup runs a loop of the kernel's body)"
+    return pipelined[0].loop_var, ""
+
+
+def _split_thread_body(func: Any) -> Any:
+    """Move the statements around the warp-specialised loop into its consumer part (see sm90/warp_specialize)."""
+
+    def visit(x: Any) -> Any:
+        if x.kind == tirx.ForKind.THREAD_BINDING and x.thread_binding is not None and \
+                str(x.thread_binding.thread_tag) == "threadIdx.x":
+            return tirx.For(x.loop_var, x.min, x.extent, x.kind, ws.split_thread_body(x.body), x.thread_binding,
+                            x.annotations, x.step, x.span)
+        return x
+
+    return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.For, visit)]))
+
+
 def pipeline_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT, arch: str = "sm_90") -> tirx.PrimFunc:
     pipe = PipelineCUDA(func, count_uses(func.body), options, arch)
     func = pipe.run(func)
+    if pipe.ws_applied:
+        func = _split_thread_body(func)
     if pipe.tma_maps:
         func = func.with_attr(tma.ATTR_TMA_MAPS, tma.encode_maps(pipe.tma_maps))
     if pipe.fused_notes:

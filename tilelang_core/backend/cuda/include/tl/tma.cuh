@@ -66,4 +66,23 @@ __device__ __forceinline__ void tma_load_2d(const TmaDesc* map, void* dst, void*
       : "memory");
 }
 
+// warp specialisation (tl.WarpSpecializeCUDA): the consumer warpgroups meet at named barrier 1 of `Threads`
+// threads (barrier 0, __syncthreads, would wait for the producer warpgroup too)
+template <int Id, int Threads>
+__device__ __forceinline__ void named_barrier_sync() {
+  asm volatile("bar.sync %0, %1;" ::"n"(Id), "n"(Threads) : "memory");
+}
+
+// a warpgroup gives registers back to the block's pool (the producer) or takes them (the consumers); every thread
+// of the warpgroup executes it (sm_90a)
+template <int Regs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(Regs));
+}
+
+template <int Regs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(Regs));
+}
+
 }  // namespace tl

@@ -1,0 +1,195 @@
+"""The warp-specialised form of a TMA-fed wgmma ``T.Pipelined`` loop on sm_90: a producer warpgroup and the
+program's warpgroups as consumers, handing stages over on full/empty mbarriers.
+
+Why: in the TMA pipeline of :mod:`.tma` one of the consumer threads issues the loads, and every k-step the whole
+block meets at a ``__syncthreads`` (the stage about to be reloaded must be free). The loading thread's warp stalls
+on the loads and the barrier, and all warpgroups wait for the slowest. Here a separate warpgroup (128 threads
+added to the program's ``threads``; one of its threads issues) runs ahead of the consumers as far as the ring of
+``s`` stages allows, and the consumers never meet in the loop::
+
+    both:       thread 0: init full[j] (1 arrival + the stage's bytes), empty[j] (one arrival per consumer warp)
+                __syncthreads()
+    producer:   for k < n:  k >= s: wait empty[k % s], parity (k / s + 1) & 1     # tile k - s was consumed
+                            expect_tx(full[k % s], bytes);  TMA boxes of tile k -> stage k % s
+    consumers:  (the statements before the loop)
+                for k < n:  wait full[k % s], parity (k / s) & 1               # tile k has landed
+                            wgmma of tile k (one group left in flight: wait_group 1)
+                            k >= 1, lane 0 of each warp: arrive empty[(k - 1) % s]   # step k-1's group retired
+                (drain; the statements after the loop)
+
+With ``wait_group 0`` in the step (``tl.cuda.wgmma_pipeline`` off or ``s < 3``) a step releases its own stage. The
+loop is emitted at ``tl.PipelineCUDA`` as an attribute ``tl.ws_split`` over the producer part and the consumer
+part (this module's :func:`ws_loop`), and :func:`split_thread_body` moves the statements around the loop into the
+consumer part; ``tl.WarpSpecializeCUDA`` (``transform/cuda/warp_specialize_cuda.py``), after every barrier has been
+placed, turns the attribute into the branch on ``threadIdx.x``, consumer barriers into named barriers and the
+launch into ``threads + 128`` threads (with ``setmaxnreg`` rebalancing).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from ....language._ir import Region, dtype_of
+from ...common.rewriter import const_int, seq, with_span
+from ..common import extern, substitute, sync_stmt
+from .tma import TmaCopy
+
+ATTR_SPLIT = "tl.ws_split"  # value: the consumer threads; body: Seq[producer attr, consumer attr]
+ATTR_PRODUCER = "tl.ws_producer"
+ATTR_CONSUMER = "tl.ws_consumer"
+ATTR_BOTH = "tl.ws_both"  # the barriers' initialisation, run by every thread before the split
+PRODUCER_THREADS = 128
+
+
+def ws_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, producers: list[Any], copies: list[TmaCopy],
+            remap: dict[Any, Any], consumer: Any, tid: Any, threads: int, in_flight: bool,
+            simplify: Any) -> tuple[list[Any], Any]:
+    """(statements every thread runs first, the ``tl.ws_split`` attribute) for the loop ``s``; ``consumer`` is the
+    consumer part of one iteration (the wgmma ``T.gemm`` on stage ``k0 % stages``)."""
+    full = tirx.decl_buffer((stages,), "uint64", "tma_bar", scope="shared")
+    empty = tirx.decl_buffer((stages,), "uint64", "tma_empty", scope="shared")
+    stage_bytes = sum(c.nbytes for c in copies)
+    zero = tirx.IntImm("int32", 0)
+
+    def ptr(bar: Any, stage: Any) -> Any:
+        return tirx.address_of(tirx.BufferLoad(bar, [stage]))
+
+    def parity(e: Any) -> Any:
+        return tirx.Cast("uint32", simplify(tirx.floormod(e, 2)))
+
+    init = [extern("tl::mbar_init", ptr(full, tirx.IntImm("int32", j)), tirx.IntImm("uint32", 1))
+            for j in range(stages)]
+    init += [extern("tl::mbar_init", ptr(empty, tirx.IntImm("int32", j)), tirx.IntImm("uint32", threads // 32))
+             for j in range(stages)]
+    both = [tirx.AllocBuffer(full), tirx.AllocBuffer(empty),
+            tirx.AttrStmt(zero, ATTR_BOTH, zero, seq([
+                tirx.IfThenElse(tirx.EQ(tid, zero), seq([*init, extern("tl::mbar_fence_init")]), None),
+                sync_stmt()]))]
+
+    # the producer: its own loop variable (the consumer loop keeps the program's)
+    kp = tvm.ir.Var(f"{k.name}_load", dtype_of(k) or "int32")
+    kp0 = kp - s.min if const_int(s.min) != 0 else kp
+    stage = tirx.floormod(kp0, stages)
+    body = []
+    free = extern("tl::mbar_wait", ptr(empty, stage), parity(tirx.floordiv(kp0, stages) + 1))
+    if const_int(n) is None or const_int(n) > stages:
+        body.append(tirx.IfThenElse(simplify(tirx.GE(kp0, stages)), free, None))
+    body.append(extern("tl::mbar_expect_tx", ptr(full, stage), tirx.IntImm("uint32", stage_bytes)))
+    for p, c in zip(producers, copies):
+        span = p.span  # the user's T.copy line, kept on its TMA loads (source-line builds)
+        p = substitute(p, {k: kp})
+        src, dst = Region.of(p.value.args[0]), Region.of(p.value.args[1])
+        row0, col0 = src.mins
+        tile = remap[dst.buffer]
+        for cb in range(c.cols // c.atom):
+            dst_ptr = tirx.address_of(tirx.BufferLoad(tile, [stage, zero, tirx.IntImm("int32", cb * c.atom)]))
+            body.append(with_span(extern(f"tl::tma_load_2d<{c.map_index}>", dst_ptr, ptr(full, stage),
+                                         simplify(col0 + cb * c.atom), simplify(row0)), span))
+    producer = tirx.For(kp, s.min, n, tirx.ForKind.SERIAL, seq(body), None, None, None, s.span)
+
+    cstage = tirx.floormod(k0, stages)
+    wait = extern("tl::mbar_wait", ptr(full, cstage), parity(tirx.floordiv(k0, stages)))
+    lane0 = tirx.EQ(tirx.floormod(tid, 32), zero)
+    if in_flight:  # step k's wait_group 1 retired step k-1's group: its stage is free
+        release = tirx.IfThenElse(tirx.And(simplify(tirx.GE(k0, 1)), lane0),
+                                  extern("tl::mbar_arrive", ptr(empty, simplify(tirx.floormod(k0 - 1, stages)))),
+                                  None)
+    else:
+        release = tirx.IfThenElse(lane0, extern("tl::mbar_arrive", ptr(empty, cstage)), None)
+    loop = tirx.For(k, s.min, n, tirx.ForKind.SERIAL, seq([wait, consumer, release]), None, None, None, s.span)
+    split = tirx.AttrStmt(zero, ATTR_SPLIT, tirx.IntImm("int32", threads), seq([
+        tirx.AttrStmt(zero, ATTR_PRODUCER, zero, producer),
+        tirx.AttrStmt(zero, ATTR_CONSUMER, zero, loop)]), span=s.span)
+    return both, split
+
+
+def _flatten(s: Any) -> list[Any]:
+    if isinstance(s, tirx.SeqStmt):
+        return [y for x in s.seq for y in _flatten(x)]
+    return [s]
+
+
+def _is_attr(s: Any, key: str) -> bool:
+    return isinstance(s, tirx.AttrStmt) and str(s.attr_key) == key
+
+
+def shared_binds(stmts: list[Any]) -> list[Any]:
+    """The let bindings among ``stmts`` (the thread body's statements before the loop) that both warpgroups can
+    compute: of index expressions (no memory reads) of variables bound outside or by earlier such bindings —
+    ``T.use_swizzle``'s rasterised block indices, offsets of the block's tile."""
+    local = bound_in(seq(stmts)) if stmts else set()
+    out: list[Any] = []
+    for x in stmts:
+        if not isinstance(x, tirx.Bind):
+            continue
+        reads = _loads(x.value)
+        deps = [v for v in free_vars(x.value) if any(v.same_as(b) for b in local)]
+        if not reads and all(any(v.same_as(b.var) for b in out) for v in deps):
+            out.append(x)
+    return out
+
+
+def split_thread_body(body: Any) -> Any:
+    """The thread loop's body with the statements before and after the ``tl.ws_split`` (other than allocations,
+    which move to the top, the barriers' initialisation and :func:`shared_binds`, which stay before the split)
+    moved into its consumer part, so the producer warpgroup runs nothing but its loop."""
+    stmts = _flatten(body)
+    at = next(i for i, x in enumerate(stmts) if _is_attr(x, ATTR_SPLIT))
+    binds = shared_binds(stmts[:at])
+    allocs = [x for x in stmts if isinstance(x, (tirx.AllocBuffer, tirx.DeclBuffer))]
+    both = [x for x in stmts if _is_attr(x, ATTR_BOTH)]
+
+    def kept(x: Any) -> bool:
+        return isinstance(x, (tirx.AllocBuffer, tirx.DeclBuffer)) or _is_attr(x, ATTR_BOTH) or \
+            any(x.same_as(b) for b in binds)
+
+    rest = [x for x in stmts if not kept(x)]
+    j = next(i for i, x in enumerate(rest) if _is_attr(x, ATTR_SPLIT))
+    split = rest[j]
+    producer, consumer = split.body.seq
+    consumer = tirx.AttrStmt(consumer.node, ATTR_CONSUMER, consumer.value,
+                             seq([*rest[:j], consumer.body, *rest[j + 1:]]))
+    new_split = tirx.AttrStmt(split.node, ATTR_SPLIT, split.value, seq([producer, consumer]), span=split.span)
+    return seq([*allocs, *binds, *both, new_split])
+
+
+def bound_in(body: Any) -> set[Any]:
+    """Variables the statements of ``body`` bind (let bindings, loop variables)."""
+    out: set[Any] = set()
+
+    def bind(x: Any) -> Any:
+        out.add(x.var)
+        return x
+
+    def loop(x: Any) -> Any:
+        out.add(x.loop_var)
+        return x
+
+    tvm_ffi.structural_map(body, [(tirx.Bind, bind), (tirx.For, loop)])
+    return out
+
+
+def _loads(node: Any) -> list[Any]:
+    found: list[Any] = []
+
+    def ld(x: Any) -> Any:
+        found.append(x)
+        return x
+
+    tvm_ffi.structural_map(node, [(tvm.ir.TensorLoad, ld)])
+    return found
+
+
+def free_vars(node: Any) -> list[Any]:
+    found: list[Any] = []
+
+    def var(v: Any) -> Any:
+        found.append(v)
+        return v
+
+    tvm_ffi.structural_map(node, [(tvm.ir.Var, var)])
+    return found
