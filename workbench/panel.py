@@ -14,7 +14,9 @@ kernel's configuration space by hand and by sweep. This module wires widgets to 
 - the plots (:mod:`.plots`) show every configuration tried, earlier sessions' measurements from the tuning
   database, the best, the reference and the machine's roofline;
 - **Sweep** runs a grid (``--tune`` syntax) in the background, one configuration per job, so a slider move during a
-  sweep is served between two sweep steps; the plots fill live and **Stop** ends it.
+  sweep is served between two sweep steps; the plots fill live and **Stop** ends it. Its **run** choice picks where:
+  ``inline`` (that, the default), or the tuner's executors ``local`` / ``ray`` (:mod:`.cell_sweep`: compile
+  processes and timing workers, with a progress bar per worker).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 
 import ipywidgets as W
 
+from .cell_sweep import EXECUTORS
 from .explorer import Explorer
 from .jobs import DEBOUNCE_S, LatestOnly
 from .plots import TuningPlots
@@ -139,6 +142,16 @@ class TuningPanel:
         self.sweep_button.add_class("wb-sweep")
         self.stop_button = W.Button(description="Stop", icon="stop", disabled=True)
         self.progress = W.IntProgress(value=0, min=0, max=1, layout=W.Layout(width="160px"))
+        self.sweep_executor = W.Dropdown(options=list(EXECUTORS), value="inline", description="run",
+                                         tooltip="inline: one configuration after another on the workbench's "
+                                         "thread; local: compile processes and a timing process per GPU; ray: a "
+                                         "Ray cluster", layout=W.Layout(width="150px"),
+                                         style={"description_width": "30px"})
+        self.sweep_executor.add_class("wb-sweep-executor")
+        self.worker_bars = W.VBox([])  # one progress bar per executor worker, filled during an executor sweep
+        self.worker_bars.add_class("wb-sweep-workers")
+        self._bars: dict[str, W.IntProgress] = {}
+        self.sweep_result: Any = None  # the last executor sweep's TuneResult
         self.sweep_status = W.HTML()
         self.sweep_button.on_click(lambda _b: self.sweep())
         self.stop_button.on_click(lambda _b: self.stop_sweep())
@@ -162,8 +175,9 @@ class TuningPanel:
                        W.HBox([self.plots.roofline,
                                W.VBox([self.best, self.use_best, self.resources],
                                       layout=W.Layout(width="460px"))])])
-        sweep = W.HBox([self.sweep_spec, self.sweep_button, self.stop_button, self.progress, self.sweep_status],
-                       layout=W.Layout(flex_flow="row wrap", align_items="center"))
+        sweep = W.VBox([W.HBox([self.sweep_spec, self.sweep_executor, self.sweep_button, self.stop_button,
+                                self.progress, self.sweep_status],
+                               layout=W.Layout(flex_flow="row wrap", align_items="center")), self.worker_bars])
         # as many 300-360 px columns as fit: at 1400 px with the file browser open, a fixed 3 x 340 px grid pushed
         # the third column's readout out of the cell (clipped)
         knobs = W.GridBox(list(self.controls.values()),
@@ -332,8 +346,71 @@ class TuningPanel:
         self.sweep_status.value = _span(f"sweep: {total} configuration(s) to measure", _DIM)
         result: Future = Future()
         self.sweep_future = result
-        self._sweep_step(gen, todo, 0, result)
+        if self.sweep_executor.value != "inline":
+            self._sweep_through(gen, todo, result)
+        else:
+            self._sweep_step(gen, todo, 0, result)
         return result
+
+    def _sweep_through(self, gen: int, todo: list[dict[str, Any]], result: Future) -> None:
+        """The sweep through ``tilelang_core.autotune.tune(executor=...)`` on a thread of its own."""
+        from .cell_sweep import start_sweep
+
+        choice = self.sweep_executor.value
+        total = len(todo)
+        measured = [0]
+        self._bars = {}
+        self.worker_bars.children = ()
+
+        def on_result(m: Any) -> None:
+            if m.stage == "final":  # a finalist's re-timing goes to the database (best()); the panel keeps the
+                return  # checked measurement of the configuration (error, margin) on display
+            self.explorer.add(m)
+            measured[0] += 1
+            self.progress.value = measured[0]
+            with self._draw_lock:
+                self._draw()
+
+        def on_progress(ex: Any) -> None:
+            self._show_workers(ex.workers, total)
+
+        def on_done(res: Any, err: BaseException | None) -> None:
+            self.sweep_result = res
+            if err is not None:
+                self.sweep_button.disabled, self.stop_button.disabled = False, True
+                self.sweep_status.value = _span(f"sweep ({choice}): {type(err).__name__}: {err}", _BAD)
+                result.set_exception(err)
+                return
+            self._sweep_finished(measured[0], 0, stopped=bool(res.cancelled))
+            result.set_result(measured[0])
+
+        if not todo:
+            self._sweep_finished(0, 0, stopped=False)
+            result.set_result(0)
+            return
+        self.sweep_status.value = _span(f"sweep ({choice}): {total} configuration(s) to measure", _DIM)
+        try:
+            start_sweep(self.wk, todo, executor=choice, db=self.explorer.db, on_result=on_result,
+                        on_progress=on_progress, should_stop=lambda: gen != self._sweep_gen, on_done=on_done)
+        except Exception as e:  # noqa: BLE001 - the cell or --ref cannot reach a worker: said in the panel
+            self.sweep_button.disabled, self.stop_button.disabled = False, True
+            self.sweep_status.value = _span(f"sweep ({choice}): {e}", _BAD)
+            result.set_exception(e)
+
+    def _show_workers(self, workers: dict[str, Any], total: int) -> None:
+        """One progress bar per executor worker: its tasks done (of the sweep's configurations), red once it died."""
+        for name, w in workers.items():
+            bar = self._bars.get(name)
+            if bar is None:
+                bar = W.IntProgress(value=0, min=0, max=max(total, 1), description=name,
+                                    style={"description_width": "220px"}, layout=W.Layout(width="480px"))
+                bar.add_class("wb-sweep-worker")
+                self._bars[name] = bar
+                self.worker_bars.children = tuple(self._bars.values())
+            bar.max = max(bar.max, w.done, 1)
+            bar.value = w.done
+            bar.bar_style = "danger" if w.lost else ("info" if w.busy else "success")
+            bar.tooltip = f"{w.role}: {w.done} done" + (f", {w.lost} lost (worker died)" if w.lost else "")
 
     def _sweep_step(self, gen: int, todo: list[dict[str, Any]], done: int, result: Future) -> None:
         if gen != self._sweep_gen or not todo:
