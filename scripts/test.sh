@@ -9,6 +9,7 @@
 # real-browser and Ray-cluster tests need them (the browser test also needs Debian's chromium, which .ci/run
 # installs; elsewhere, without it, that test is skipped).
 # pytest's exit code 5 ("no tests collected") counts as success; every other failure is passed on.
+# pytest reports the 30 slowest tests (setup, call, teardown) at the end: where CI's time goes (budget 25 min).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,9 +31,9 @@ echo "[test] TILELANG_CORE_CACHE_DIR=$TILELANG_CORE_CACHE_DIR"
 echo "[test] ruff check ."
 ruff check . || { rc=$?; echo "[test] ruff check failed (exit code $rc)" >&2; exit "$rc"; }
 
-echo "[test] python -m pytest -q $*"
+echo "[test] python -m pytest -q --durations=30 $*"
 rc=0
-python -m pytest -q "$@" || rc=$?
+python -m pytest -q --durations=30 "$@" || rc=$?
 if [ "$rc" = 5 ]; then
     echo "[test] pytest collected no tests (exit code 5); treating as success"
     exit 0

@@ -1,6 +1,8 @@
 """The sweep the executor tests share (tests/test_autotune_local_executor.py, tests/test_autotune_ray.py): the
-quickstart GEMM at 64^3 over 64 configurations, a hook that SIGKILLs a busy worker of each role mid-sweep, and the
-checks that no result was lost and that every record carries what the database promises."""
+quickstart GEMM at 64^3 over 64 configurations (SPACE: the Ray test's, issue 20's sweep) or 16 of them (SMALL_SPACE:
+the local executor's, the same kills and checks for a quarter of the compiles on CI's 2 cores), a hook that SIGKILLs
+a busy worker of each role mid-sweep, and the checks that no result was lost and that every record carries what the
+database promises."""
 
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ from tilelang_core.quickstart import matmul_relu, reference
 
 SHAPES = {"M": 64, "N": 64, "K": 64}
 SPACE = grid(block_M=[8, 16, 32, 64], block_N=[8, 16, 32, 64], block_K=[16, 32], num_stages=[1, 2])
+# a quarter of SPACE with the smallest and largest tiles, both block_K and both stage counts: still enough tasks per
+# role for the kills (KILL_AFTER) to land mid-sweep
+SMALL_SPACE = grid(block_M=[8, 64], block_N=[8, 64], block_K=[16, 32], num_stages=[1, 2])
 TIMING = {"warmup": 2.0, "rep": 10.0}
 KILL_AFTER = {COMPILE: 8, TIME: 5}  # tasks done by that role before one of its busy workers is killed
 
@@ -94,20 +99,21 @@ class Killer:
             time.sleep(0.005)
 
 
-def check_complete(result: Any, db: TuningDB, executor: str) -> None:
-    """Every configuration has exactly one passing measurement (none lost), the dead workers' tasks were retried,
-    and the records carry worker, device, clocks and spread; finalists re-timed; the best kernel is right."""
+def check_complete(result: Any, db: TuningDB, executor: str, space: list[dict[str, Any]] = SPACE) -> None:
+    """Every configuration of ``space`` has exactly one passing measurement (none lost), the dead workers' tasks
+    were retried, and the records carry worker, device, clocks and spread; finalists re-timed; the best kernel is
+    right."""
     assert result.executor == executor and not result.cancelled
-    assert len(result.measurements) == len(SPACE)
-    got = sorted(tuple(m.config[k] for k in SPACE[0]) for m in result.measurements)
-    assert got == sorted(tuple(c.values()) for c in SPACE)
+    assert len(result.measurements) == len(space)
+    got = sorted(tuple(m.config[k] for k in space[0]) for m in result.measurements)
+    assert got == sorted(tuple(c.values()) for c in space)
     bad = [m.describe() for m in result.measurements if not m.ok]
     assert not bad, bad
     assert result.lost >= 2 and result.retried >= 2  # one compile task and one timing task lost, both retried
     assert any(m.attempts == 2 for m in result.measurements)
     rows = db.query("matmul_relu", device=None, sweep=result.sweep)
     sweep_rows = [r for r in rows if r.stage != FINAL]
-    assert len(sweep_rows) == len(SPACE) and len({r.uid for r in rows}) == len(rows)
+    assert len(sweep_rows) == len(space) and len({r.uid for r in rows}) == len(rows)
     for r in sweep_rows:
         assert r.worker and r.device and r.runs >= 1 and r.p20_ms <= r.latency_ms <= r.p80_ms
         assert r.clocks.get("cpu_mhz", 0) > 0 and r.compile_s > 0 and r.passed
@@ -117,7 +123,14 @@ def check_complete(result: Any, db: TuningDB, executor: str) -> None:
 
 
 KIND_FIELDS = ("worker", "device", "clocks", "latency_ms", "p20_ms", "p80_ms", "compile_s", "ref_ms", "sweep")
-EXPECTED_KIND = {"n": len(SPACE), "statuses": ["ok"], "fields": sorted(KIND_FIELDS), "finals": 3}
+
+
+def expected_kind(space: list[dict[str, Any]] = SPACE) -> dict[str, Any]:
+    """What every executor's sweep of ``space`` must look like (:func:`kind_of`)."""
+    return {"n": len(space), "statuses": ["ok"], "fields": sorted(KIND_FIELDS), "finals": 3}
+
+
+EXPECTED_KIND = expected_kind(SPACE)
 
 
 def kind_of(result: Any) -> dict[str, Any]:
@@ -131,5 +144,5 @@ def kind_of(result: Any) -> dict[str, Any]:
     }
 
 
-__all__ = ["SHAPES", "SPACE", "TIMING", "Killer", "check_complete", "kind_of", "deadly_reference", "EXPECTED_KIND",
-           "hanging_gemm", "stuck_gemm"]
+__all__ = ["SHAPES", "SPACE", "SMALL_SPACE", "TIMING", "Killer", "check_complete", "kind_of", "deadly_reference",
+           "EXPECTED_KIND", "expected_kind", "hanging_gemm", "stuck_gemm"]
