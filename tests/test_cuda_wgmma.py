@@ -86,23 +86,29 @@ def _hw_address(start: int, lbo: int, sbo: int, swz: int, es: int, mn_major: boo
     (32, 256, "bfloat16", True, 256),   # B with N = 256 in one instruction
     (64, 128, "float16", True, 64),     # A transposed (K x M), m64 blocks
     (32, 96, "float16", True, 32),      # 64B swizzle? 96*2 = 192 B rows: 64B atoms, n32 chunks
+    # float8 (1-byte elements, k32 steps, K-major only): 128 elements per 128B atom row
+    (128, 128, "float8_e4m3fn", False, 64),   # A 128x128, one column block, four k-steps inside each row
+    (64, 256, "float8_e5m2", False, 64),      # K = 256: two 128-wide K blocks
+    (64, 64, "float8_e4m3fn", False, 64),     # 64B swizzle: two k-steps per row
+    (64, 96, "float8_e5m2", False, 64),       # 96-byte rows: 32B swizzle, three column blocks of one k-step
 ])
 def test_wgmma_shared_layout_is_what_the_descriptors_address(rows, cols, dtype, mn_major, extent):
-    es = 2
+    es = 1 if dtype.startswith("float8") else 2
+    ks = 32 // es  # one instruction's K: 32 bytes
     swz = wgmma_swizzle_bytes(rows, cols, dtype)
     assert swz in (128, 64, 32)
     code = WGMMA_SWIZZLE_BASE + swz
     # the layout is a permutation of the tile
     offs = {wgmma_offset_py(r, c, rows, code, dtype) for r in range(rows) for c in range(cols)}
     assert offs == set(range(rows * cols))
-    # every instruction block (extent along M/N, 16 along K) reads exactly the elements the stores put there
+    # every instruction block (extent along M/N, 32 bytes along K) reads exactly the elements the stores put there
     mn_total = cols if mn_major else rows
     k_total = rows if mn_major else cols
     for mn0 in range(0, mn_total, extent):
-        for k0 in range(0, k_total, 16):
+        for k0 in range(0, k_total, ks):
             start, lbo, sbo = _desc_fields(rows, cols, mn_major, swz, es, mn0, k0)
             for mn in range(extent):
-                for k in range(16):
+                for k in range(ks):
                     r, c = (k0 + k, mn0 + mn) if mn_major else (mn0 + mn, k0 + k)
                     want = wgmma_offset_py(r, c, rows, code, dtype) * es
                     assert _hw_address(start, lbo, sbo, swz, es, mn_major, mn, k) == want, (mn0, k0, mn, k)

@@ -246,6 +246,9 @@ class TensorMaps:
         return addr
 
 
+TMA_ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
+
+
 def encode_tensor_map(spec: dict[str, Any], address: int) -> bytes:
     """The 128 bytes of the tensor map ``spec`` describes, over the tensor at ``address``."""
     from cuda.bindings import driver
@@ -254,13 +257,16 @@ def encode_tensor_map(spec: dict[str, Any], address: int) -> bytes:
         raise RuntimeError(f"argument {spec['param']!r}: its data starts at an address that is not a "
                                    "multiple of 16 bytes, which TMA needs; pass a tensor that is not an offset view, "
                                    "or compile with pass_configs={'tl.disable_tma_lower': True}")
+    # float8 tiles travel as bytes (TMA only copies; the OOB fill is zero bytes, +0.0 in both float8 formats)
     dtypes = {"float16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-              "bfloat16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}
+              "bfloat16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+              "float8_e4m3fn": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8,
+              "float8_e5m2": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8}
     swizzles = {32: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
                 64: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
                 128: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}
     inner, outer = (int(d) for d in spec["dims"])
-    es = 2
+    es = TMA_ELEMENT_BYTES[spec["dtype"]]
     err, tmap = driver.cuTensorMapEncodeTiled(
         dtypes[spec["dtype"]], 2, address, [driver.cuuint64_t(inner), driver.cuuint64_t(outer)],
         [driver.cuuint64_t(inner * es)], [driver.cuuint32_t(int(b)) for b in spec["box"]],

@@ -386,7 +386,8 @@ def _wgmma_choice(col: _Collect, classes: list[tuple[Any, list[Any]]], arch: str
         if n in why:
             loc = location_of(span)
             where = f"line {loc.line}: " if loc is not None else ""
-            notes.append(f"{where}T.gemm {ops['M']}x{ops['N']}x{ops['K']} uses mma.sync, not wgmma: {why[n]}")
+            path = "mma.sync" if plan_for(ops, col.threads).kind == "mma" else "FMA loops"  # fp8: no mma.sync
+            notes.append(f"{where}T.gemm {ops['M']}x{ops['N']}x{ops['K']} uses {path}, not wgmma: {why[n]}")
             continue
         root = root_of(n)
         if not any(col._is(r, root) for r, _ in chosen):

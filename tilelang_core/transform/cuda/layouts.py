@@ -52,6 +52,7 @@ from tvm import tirx
 
 WARP = 32
 MMA_DTYPES = ("float16", "bfloat16")
+WGMMA_FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")  # wgmma .e4m3 / .e5m2 operands (k32 steps, any mix of the two)
 
 
 def dtype_bytes(dtype: str) -> int:
@@ -401,6 +402,11 @@ def wgmma_swizzle_bytes(rows: int, cols: int, dtype: str) -> int:
     return 0
 
 
+def wgmma_k_step(dtype: str) -> int:
+    """K of one wgmma instruction: 32 bytes of the operand type (k16 for float16/bfloat16, k32 for float8)."""
+    return 32 // dtype_bytes(dtype)
+
+
 def is_wgmma_swizzle(code: int) -> bool:
     return code > WGMMA_SWIZZLE_BASE
 
@@ -451,22 +457,28 @@ def plan_wgmma(M: int | None, N: int | None, K: int | None, in_dtype: str, b_dty
     """
     if None in (M, N, K):
         return None, "tile extents are not constants"
-    if in_dtype not in MMA_DTYPES or b_dtype != in_dtype:
-        return None, f"wgmma here takes float16/bfloat16 A and B of one type (got {in_dtype} x {b_dtype})"
+    fp8 = in_dtype in WGMMA_FP8_DTYPES and b_dtype in WGMMA_FP8_DTYPES
+    if not fp8 and (in_dtype not in MMA_DTYPES or b_dtype != in_dtype):
+        return None, (f"wgmma here takes float16/bfloat16 A and B of one type, or float8_e4m3fn/float8_e5m2 A and "
+                      f"B (got {in_dtype} x {b_dtype})")
     if acc_dtype != "float32":
         return None, f"wgmma here accumulates in float32 (the accumulator is {acc_dtype})"
+    if fp8 and (ta or not tb):
+        return None, ("fp8 wgmma reads both operands K-major from shared memory (A stored M x K, B stored N x K: "
+                      f"transpose_B=True); this gemm has transpose_A={bool(ta)}, transpose_B={bool(tb)}")
     if a_shape is None or b_shape is None:
         return None, "A and B must be whole shared tiles (or pipeline stages)"
     if threads % WARPGROUP:
         return None, f"threads={threads} is not a multiple of a warpgroup (128)"
-    if M % 64 or K % 16 or N % 8:
-        return None, f"the tile {M}x{N}x{K} is not made of m64nNk16 steps (M % 64, N % 8, K % 16)"
-    for name, shape in (("A", a_shape), ("B", b_shape)):
-        if not wgmma_swizzle_bytes(shape[0], shape[1], in_dtype):
+    k_step = wgmma_k_step(in_dtype)
+    if M % 64 or K % k_step or N % 8:
+        return None, (f"the tile {M}x{N}x{K} is not made of m64nNk{k_step} steps (M % 64, N % 8, K % {k_step})")
+    for name, shape, dt in (("A", a_shape, in_dtype), ("B", b_shape, b_dtype)):
+        if not wgmma_swizzle_bytes(shape[0], shape[1], dt):
             return None, (f"the shared {name} tile {shape[0]}x{shape[1]} has no wgmma swizzle layout (rows % 8, "
                           "row bytes % 32)")
     groups = threads // WARPGROUP
-    w_b = 1 if tb else wgmma_swizzle_bytes(b_shape[0], b_shape[1], in_dtype) // dtype_bytes(in_dtype)
+    w_b = 1 if tb else wgmma_swizzle_bytes(b_shape[0], b_shape[1], b_dtype) // dtype_bytes(b_dtype)
     choices = []
     for gm in range(1, groups + 1):
         if groups % gm:

@@ -44,7 +44,9 @@ from ..layouts import WGMMA_SWIZZLE_BASE, dtype_bytes, is_wgmma_swizzle
 
 ATTR_TMA_MAPS = "tl.tma_maps"  # JSON list of TmaMap (as dicts), in tl_tmaps parameter order
 MAX_BOX = 256  # a TMA box dimension holds at most 256 elements
-TMA_DTYPES = ("float16", "bfloat16")
+# element types a tensor map is encoded for (float8 as bytes: a box of them is a plain copy; an out-of-bounds zero
+# byte is +0.0 in both float8 formats); a 128 B swizzle atom is 64 of the 2-byte types and 128 of the 1-byte ones
+TMA_DTYPES = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,8 @@ def plan_copy(copy: Any, swizzle: dict[Any, int]) -> tuple[TmaMap | None, str]:
     g, t = src.buffer, dst.buffer
     dt = str(t.dtype)
     if not is_global(g) or str(g.dtype) != dt or dt not in TMA_DTYPES:
-        return None, f"TMA here copies float16/bfloat16 global tensors of the tile's dtype ({g.name} -> {t.name})"
+        return None, (f"TMA here copies float16/bfloat16/float8_e4m3fn/float8_e5m2 global tensors of the tile's "
+                      f"dtype ({g.name} -> {t.name})")
     code = swizzle.get(t, 0)
     if not is_wgmma_swizzle(code):
         return None, f"the shared tile {t.name} is not in a wgmma swizzled layout (only those tiles take TMA here)"

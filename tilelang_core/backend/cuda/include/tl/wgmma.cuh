@@ -1,4 +1,6 @@
-// Hopper tile GEMM for T.gemm on shared operands: wgmma.mma_async (sm_90a), fp16/bf16 in, fp32 accumulation.
+// Hopper tile GEMM for T.gemm on shared operands: wgmma.mma_async (sm_90a), fp16/bf16 or fp8 (e4m3/e5m2, any mix)
+// in, fp32 accumulation. fp8 instructions are m64nNk32 (one k-step is 32 bytes of K for every type) and read both
+// operands K-major (A M x K, B N x K: TRANS_B) — the PTX ISA has no transpose for them.
 //
 // Warpgroups (4 warps, 128 threads) form a WG_M x WG_N grid over the M x N tile: warpgroup g (gr = g / WG_N,
 // gc = g % WG_N) owns the column slice [gc*WN, (gc+1)*WN) (WN = N / WG_N) and the m64 blocks mi*WG_M + gr
@@ -40,6 +42,7 @@
 #pragma once
 #include "tl/common.cuh"
 #include "tl/wgmma_ops.cuh"
+#include "tl/wgmma_fp8_ops.cuh"
 
 namespace tl {
 
@@ -84,13 +87,27 @@ __device__ __forceinline__ void wgmma_wait_group() {
 }
 __device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 
+// One wgmma of NC columns: fp16/bf16 (k16, transpose immediates) or fp8 (k32, both operands K-major).
+template <int NC, bool TRANS_A, bool TRANS_B, typename T, typename TB>
+__device__ __forceinline__ void wgmma_issue(float* d, unsigned long long da, unsigned long long db) {
+  if constexpr (sizeof(T) == 1) {
+    static_assert(!TRANS_A && TRANS_B, "fp8 wgmma reads A (M x K) and B (N x K) K-major from shared memory");
+    WgmmaSSF8<NC, T, TB>::run(d, da, db);
+  } else {
+    static_assert(sizeof(T) == sizeof(TB), "wgmma_gemm_ss: fp16/bf16 A and B of one type");
+    WgmmaSS<NC, T, TRANS_A ? 1 : 0, TRANS_B ? 0 : 1>::run(d, da, db);
+  }
+}
+
 template <int M, int N, int K, int WG_M, int WG_N, int NC, bool TRANS_A, bool TRANS_B, int SWZ_A, int SWZ_B,
-          int PENDING = 0, typename T>
-__device__ __forceinline__ void wgmma_gemm_ss(const T* A, const T* B, float* C) {
+          int PENDING = 0, typename T, typename TB>
+__device__ __forceinline__ void wgmma_gemm_ss(const T* A, const TB* B, float* C) {
   static_assert(PENDING == 0 || PENDING == 1, "wgmma_gemm_ss: PENDING is 0 or 1 groups left in flight");
+  static_assert(sizeof(T) == sizeof(TB), "wgmma_gemm_ss: A and B have one element size");
   constexpr int WM = M / WG_M, WN = N / WG_N;
   constexpr int MI = WM / 64, NT = WN / 8;
-  static_assert(WM % 64 == 0 && WN % NC == 0 && NC % 8 == 0 && NC <= 256 && K % 16 == 0,
+  constexpr int KS = 32 / sizeof(T);  // one instruction's K: 32 bytes of the operands (k16 fp16/bf16, k32 fp8)
+  static_assert(WM % 64 == 0 && WN % NC == 0 && NC % 8 == 0 && NC <= 256 && K % KS == 0,
                 "wgmma_gemm_ss: tile does not fit the warpgroup grid");
   // stored tiles: A is M x K (K x M when TRANS_A), B is K x N (N x K when TRANS_B)
   constexpr int A_ROWS = TRANS_A ? K : M, A_COLS = TRANS_A ? M : K;
@@ -103,16 +120,16 @@ __device__ __forceinline__ void wgmma_gemm_ss(const T* A, const T* B, float* C) 
   for (int i = 0; i < MI * NT * 4; ++i) wgmma_fence_operand(C[i]);
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < K / 16; ++kk) {
+  for (int kk = 0; kk < K / KS; ++kk) {
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) {
       const unsigned long long da =
-          wgmma_operand_desc<A_ROWS, A_COLS, TRANS_A, SWZ_A, T>(a_base, (mi * WG_M + gr) * 64, kk * 16);
+          wgmma_operand_desc<A_ROWS, A_COLS, TRANS_A, SWZ_A, T>(a_base, (mi * WG_M + gr) * 64, kk * KS);
 #pragma unroll
       for (int nc = 0; nc < WN / NC; ++nc) {
         const unsigned long long db =
-            wgmma_operand_desc<B_ROWS, B_COLS, !TRANS_B, SWZ_B, T>(b_base, gc * WN + nc * NC, kk * 16);
-        WgmmaSS<NC, T, TRANS_A ? 1 : 0, TRANS_B ? 0 : 1>::run(C + (mi * NT + nc * (NC / 8)) * 4, da, db);
+            wgmma_operand_desc<B_ROWS, B_COLS, !TRANS_B, SWZ_B, TB>(b_base, gc * WN + nc * NC, kk * KS);
+        wgmma_issue<NC, TRANS_A, TRANS_B, T, TB>(C + (mi * NT + nc * (NC / 8)) * 4, da, db);
       }
     }
   }
