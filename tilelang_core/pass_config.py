@@ -109,9 +109,10 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "program's nest does"),
     Option(K.TL_CUDA_DQ4_DEPTH, "int", 1, "CUDA, fused W4A16 direct path with a register ring: weight tiles in "
            "flight ahead of the one computed (2 and 3 measured slower on the H200)", minimum=1),
-    Option(K.TL_CUDA_SPLIT_K, "int", 0, "CUDA, fused W4A16: split the K loop over 1, 2, 4 or 8 blocks; 0 chooses "
-           "from the grid and the SM count, 1 turns splitting off (a value that does not divide the loop falls "
-           "back to 1)", choices=(0, 1, 2, 4, 8), minimum=0),
+    Option(K.TL_CUDA_SPLIT_K, "int", 0, "CUDA: split the K loop of a T.gemm kernel (tl.SplitKCUDA) or of the "
+           "fused W4A16 gemm over 1, 2, 4 or 8 blocks, the last block of a tile reducing and running the epilogue; "
+           "0 chooses from the grid and the SM count, 1 turns splitting off (a value that does not divide the loop "
+           "falls back to 1, with a note)", choices=(0, 1, 2, 4, 8), minimum=0),
     Option(K.TL_CUDA_SPLIT_K_REDUCE, "choice", "workspace", "CUDA, split-K: how the partial sums meet: "
            "'workspace' (a global workspace, the last block of a tile runs the epilogue; a cluster is used when "
            "the workspace would be too large) or 'cluster' (distributed shared memory of a thread-block cluster, "

@@ -70,6 +70,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
     from .cuda.lower_tile_ops_cuda import lower_tile_ops_cuda
     from .cuda.lower_tile_views_cuda import lower_tile_views_cuda
     from .cuda.pipeline_cuda import pipeline_cuda
+    from .cuda.split_k_cuda import split_k_cuda
     from .cuda.warp_specialize_cuda import warp_specialize_cuda
 
     opts = resolve(options)
@@ -83,6 +84,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
         ("tl.LowerTileViewsCUDA", lower_tile_views_cuda),
         ("tl.InferFragmentLayoutsCUDA", lambda f: infer_fragment_layouts_cuda(f, arch, opts)),
         ("tl.FuseDequantGemmCUDA", lambda f: fuse_dequant_gemm_cuda(f, arch, opts)),
+        ("tl.SplitKCUDA", lambda f: split_k_cuda(f, arch, opts)),
         ("tl.PipelineCUDA", lambda f: pipeline_cuda(f, opts, arch)),
         ("tl.InsertSyncsCUDA", insert_syncs_cuda),
         ("tl.LowerTileOpsCUDA", lower_tile_ops_cuda),

@@ -9,6 +9,7 @@
 #include "tl/copy.cuh"
 #include "tl/gemm.cuh"
 #include "tl/reduce.cuh"
+#include "tl/splitk.cuh"
 #include "tl/dequant.cuh"
 #include "tl/atomic.cuh"
 #include "tl/workspace.cuh"
