@@ -13,6 +13,7 @@ from typing import Any
 from ..pass_config import PassConfigKey  # TileLang's spelling: tilelang.transform.PassConfigKey
 from .common.bf16_scalar_params import bf16_scalar_params
 from .common.imported_sources import collect_imported_sources
+from .common.layout_annotations import apply_index_layouts, collect_layout_annotations
 from .common.nan_skipping_minmax import nan_skipping_minmax
 from .common.promote_index_int64 import check_index_extents, promote_index_int64
 from .common.validate_tile_ops import validate_tile_ops
@@ -36,11 +37,13 @@ def cpu_passes(vector_bytes: int) -> list[tuple[str, Any]]:
         ("tl.ValidateTileOps", validate_tile_ops),
         ("tl.CollectImportedSources", collect_imported_sources),
         ("tl.CheckExternCallsCPU", check_extern_calls_cpu),
+        ("tl.CollectLayoutAnnotations", collect_layout_annotations),
         ("tl.CheckIndexExtents", check_index_extents),
         ("tl.LowerKernelGridCPU", lower_kernel_grid_cpu),
         ("tl.LowerTileOpsCPU", lambda f: lower_tile_ops_cpu(f, vector_bytes)),
         ("tl.SplitDivModCPU", split_div_mod_cpu),
         ("tl.LowerParallelCPU", lower_parallel_cpu),
+        ("tl.ApplyIndexLayouts", apply_index_layouts),
         ("tl.ClampGuardedLoopsCPU", clamp_guarded_loops_cpu),
         ("tl.SerializeSmallGridsCPU", serialize_small_grids_cpu),
         ("tl.LocalizeBuffersCPU", localize_buffers_cpu),
@@ -58,6 +61,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
     ``options``: the :class:`~tilelang_core.pass_config.PassConfig` (or a ``pass_configs`` dict) the passes read.
     Imported lazily so the CPU path does not load them."""
     from ..pass_config import resolve
+    from .cuda.apply_layout_annotations_cuda import apply_layout_annotations_cuda
     from .cuda.fast_exp_cuda import fast_exp_cuda
     from .cuda.fp8_encode_cuda import fp8_encode_cuda
     from .cuda.fuse_dequant_gemm_cuda import fuse_dequant_gemm_cuda
@@ -77,12 +81,14 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
     return [
         ("tl.ValidateTileOps", validate_tile_ops),
         ("tl.CollectImportedSources", collect_imported_sources),
+        ("tl.CollectLayoutAnnotations", collect_layout_annotations),
         ("tl.CheckIndexExtents", check_index_extents),
         ("tl.Bf16ScalarParams", bf16_scalar_params),
         ("tl.LowerKernelLaunchCUDA", lower_kernel_launch_cuda),
         ("tl.LowerGlobalWorkspacesCUDA", lower_global_workspaces_cuda),
         ("tl.LowerTileViewsCUDA", lower_tile_views_cuda),
         ("tl.InferFragmentLayoutsCUDA", lambda f: infer_fragment_layouts_cuda(f, arch, opts)),
+        ("tl.ApplyLayoutAnnotationsCUDA", apply_layout_annotations_cuda),
         ("tl.FuseDequantGemmCUDA", lambda f: fuse_dequant_gemm_cuda(f, arch, opts)),
         ("tl.SplitKCUDA", lambda f: split_k_cuda(f, arch, opts)),
         ("tl.PipelineCUDA", lambda f: pipeline_cuda(f, opts, arch)),
@@ -90,6 +96,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
         ("tl.LowerTileOpsCUDA", lower_tile_ops_cuda),
         ("tl.FP8EncodeCUDA", fp8_encode_cuda),
         ("tl.LowerParallelCUDA", lower_parallel_cuda),
+        ("tl.ApplyIndexLayouts", apply_index_layouts),
         ("tl.LowerSharedMemoryCUDA", lambda f: lower_shared_memory_cuda(f, arch)),
         ("tl.WarpSpecializeCUDA", lambda f: warp_specialize_cuda(f, opts)),
         ("tl.NanSkippingMinMax", lambda f: nan_skipping_minmax(f, cuda=True)),

@@ -44,6 +44,7 @@ from tvm import tirx
 from ...language._ir import Region, dtype_of
 from ...language.loops import PARALLEL_ATTR
 from ...language.math import infinity as float_infinity  # bfloat16 too (TVM's knows fp16/32/64)
+from ..common.layout_annotations import user_layouts
 from ..common.notes import add_notes, at_line
 from ..common.regions import in_bounds_conds, indices_at, is_global, squeezed
 from ..common.rewriter import Rewriter, and_all, const_int, make_for, new_var, seq, tile_op_name, with_span
@@ -121,6 +122,8 @@ class LowerTileOpsCUDA(Rewriter):
         self.wgmma_pending = 0  # groups a wgmma T.gemm leaves in flight (tl.PipelineCUDA's attribute)
         self.reducers = reducers_in(func)  # T.alloc_reducer buffers -> op
         self.hint_notes: list[str] = []  # T.copy eviction_policy hints that no load could carry
+        # T.annotate_layout index maps: the contiguous run of each tile's last dimension bounds its vector accesses
+        self.runs = {n: u.run for n, u in user_layouts(func).items() if u.kind == "index"}
 
     # -- memory kinds --------------------------------------------------------------------------------------
     def kind(self, buf: Any) -> str:
@@ -405,7 +408,9 @@ class LowerTileOpsCUDA(Rewriter):
                       and dd[-1] == len(dst.buffer.shape) - 1 and sdt == ddt)
         if contiguous:
             vec = 16 // max_es
-            while vec > 1 and (exts[-1] % vec or not self.aligned(src, vec) or not self.aligned(dst, vec)):
+            cap = min(self.runs.get(str(src.buffer.name), 16), self.runs.get(str(dst.buffer.name), 16))
+            while vec > 1 and (exts[-1] % vec or not self.aligned(src, vec) or not self.aligned(dst, vec)
+                               or vec > cap):
                 vec //= 2
         total = 1
         for e in exts:
