@@ -103,6 +103,31 @@ def gemm_with_row_max(M, N, K, block_M, block_N, block_K):
     return main
 
 
+@tilelang.jit(out_idx=[-2, -1])
+def two_products(M, N, K, block_M, block_N, block_K):
+    """Two accumulators in one K loop (attention's shape): not split-K's form, so no note unless a split is forced."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((N, K), "float16"), C: T.Tensor((M, N), "float32"),
+             D: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_s = T.alloc_shared((block_M, block_K), "float16")
+            B_s = T.alloc_shared((block_N, block_K), "float16")
+            C_l = T.alloc_fragment((block_M, block_N), "float32")
+            D_l = T.alloc_fragment((block_M, block_N), "float32")
+            T.clear(C_l)
+            T.clear(D_l)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+                T.copy(A[by * block_M, k * block_K], A_s)
+                T.copy(B[bx * block_N, k * block_K], B_s)
+                T.gemm(A_s, B_s, C_l, transpose_B=True)
+                T.gemm(A_s, B_s, D_l, transpose_B=True)
+            T.copy(C_l, C[by * block_M, bx * block_N])
+            T.copy(D_l, D[by * block_M, bx * block_N])
+
+    return main
+
+
 def _build(factory, args, kwargs, out: Path, pass_configs=None, compile_cubin: bool = True):
     func = factory.get_program(*args, **kwargs)
     specs = _param_specs(func)
@@ -273,3 +298,14 @@ def test_a_forced_factor_that_does_not_divide_the_k_loop_says_so(tmp_path):
     meta = _meta(art)
     assert meta["cuda"]["grid"] == [8, 1, 1]
     assert any("'tl.cuda.split_k'=4 needs a K loop whose 62 iterations divide by 4" in n for n in meta["notes"])
+
+
+@pytest.mark.parametrize("split", [0, 2])
+def test_a_kernel_not_of_split_k_form_is_noted_only_when_a_split_is_forced(tmp_path, split):
+    art = _build(two_products, (16, 1024, 4096, 16, 128, 64), {}, tmp_path, {"tl.cuda.split_k": split},
+                 compile_cubin=False)
+    meta = _meta(art)
+    assert meta["cuda"]["grid"] == [8, 1, 1]
+    notes = [n for n in meta["notes"] if "split-K not applied" in n]
+    assert notes == ([] if split == 0 else [notes[0]])
+    assert split == 0 or "accumulate into 2 fragments" in notes[0]

@@ -65,9 +65,11 @@ class _SplitK:
         self.small = (all(isinstance(g, int) for g in self.grid) and self.sms is not None
                       and self.grid[0] * self.grid[1] * self.grid[2] * 2 <= self.sms)
 
-    def skip(self, why: str, at: Any = None) -> tirx.PrimFunc:
-        """``func`` unchanged, with a note (the user asked for a split, or the automatic choice wants one)."""
-        if self.forced != 1:
+    def skip(self, why: str, at: Any = None, shape: bool = False) -> tirx.PrimFunc:
+        """``func`` unchanged, with a note when the user asked for a split, or when the automatic choice wants one
+        and ``shape`` is False (``shape``: the kernel is not a GEMM of split-K's form at all — attention's two
+        accumulators, a cleared score tile — which is not worth a note unless a split was asked for)."""
+        if self.forced > 1 or (not self.forced and not shape):
             where = at_line(at) if at is not None else ""
             return add_notes(self.func, [f"{where}split-K not applied: {why}"])
         return self.func
@@ -90,21 +92,22 @@ class _SplitK:
         if not self.forced and (not self.small or n is None or self.choose(grid[0] * grid[1], n, stages) == 1):
             return func  # the automatic choice would not split it: nothing to say
         if len(tloops) != 1:
-            return self.skip("the kernel does not have exactly one threadIdx.x launch")
+            return self.skip("the kernel does not have exactly one threadIdx.x launch", shape=True)
         tloop = tloops[0]
         stmts = _top_stmts(tloop)
         if len(gemm_loops) != 1:
-            return self.skip(f"the kernel has {len(gemm_loops)} top-level loops with a T.gemm (split-K splits one)")
+            return self.skip(f"the kernel has {len(gemm_loops)} top-level loops with a T.gemm (split-K splits one)",
+                             shape=True)
         idx = next(i for i, s in enumerate(stmts) if s.same_as(loop))
         if loop.thread_binding is not None or PARALLEL_ATTR in loop.annotations:
-            return self.skip("the loop around the T.gemm is not a serial or T.Pipelined K loop", loop)
+            return self.skip("the loop around the T.gemm is not a serial or T.Pipelined K loop", loop, shape=True)
         gemms = _gemms(loop)
         ana = tvm.sym.Analyzer()
         ops = [gemm_operands(g, ana) for g in gemms]
         accs = {id(o["c"].buffer): o["c"].buffer for o in ops}
         if len(accs) != 1:
             return self.skip(f"the K loop's T.gemm calls accumulate into {len(accs)} fragments (split-K reduces one)",
-                             loop)
+                             loop, shape=True)
         acc = next(iter(accs.values()))
         layouts, locs = layouts_of(func), locals_of(func)
         if not is_fragment(acc) or acc not in layouts or acc not in locs:
@@ -115,7 +118,7 @@ class _SplitK:
         if lay.kind == "wgmma" and not self.forced:
             return func  # not measured on the GPU yet: only when forced
         if any(o["clear"] for o in ops):
-            return self.skip("a T.gemm in the K loop has clear_accum=True", loop)
+            return self.skip("a T.gemm in the K loop has clear_accum=True", loop, shape=True)
         why = _loop_problem(loop, acc, gemms, stmts[idx + 1:])
         if why:
             return self.skip(why, loop)
