@@ -20,7 +20,8 @@ given fragment, so it is chosen once (``tl.InferFragmentLayoutsCUDA``), recorded
   ``l/4 + 8`` of each 16-row atom), so the four lanes of a quad (and the ``warp_n`` warps of a warp row) hold
   copies of the same rows. Row reductions of the accumulator are then quad shuffles, and ``acc[i, j] *
   row[i]`` is a register operation (flash attention's online softmax).
-* ``wgmma`` — the accumulator layout of Hopper's ``wgmma.mma_async.m64nNk16`` for ``warp_m x warp_n``
+* ``wgmma`` — the accumulator layout of Hopper's ``wgmma.mma_async.m64nNk16`` (and of the float8 ``m64nNk32``,
+  whose D fragment is the same) for ``warp_m x warp_n``
   *warpgroups* (4 warps each). Warpgroup ``g`` (row ``g // warp_n``, column ``g % warp_n``) computes m-blocks
   ``mi * warp_m + g // warp_n`` (64 rows each) of its column slice; inside an m64 block warp ``w`` of the group
   holds rows ``16 w .. 16 w + 15`` exactly as one mma.sync 16x8 atom per 8 columns (lane ``l``: rows ``l/4``,
