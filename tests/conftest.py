@@ -1,5 +1,7 @@
-"""Shared fixtures: an isolated kernel cache for the whole session, a seeded torch RNG per test, and a runner for
-checks that could crash the interpreter (they run in a child process, so a crash fails one test, not the run)."""
+"""Shared fixtures: an isolated kernel cache for the whole session, a seeded torch RNG per test, a runner for
+checks that could crash the interpreter (they run in a child process, so a crash fails one test, not the run), and
+one JupyterLab server for the real-browser tests (starting one takes 10-30 s on CI's 2 cores; each browser test
+file opens its own notebooks on it, with a kernel and a Chromium page of its own)."""
 
 from __future__ import annotations
 
@@ -56,6 +58,24 @@ def _run_isolated(func: Callable[[], None], timeout: float = 300) -> None:
 def run_isolated() -> Callable[..., None]:
     """``run_isolated(fn)`` runs a module-level check in a child process (inherits the isolated cache dir)."""
     return _run_isolated
+
+
+@pytest.fixture(scope="session")
+def jupyter_lab(tmp_path_factory: pytest.TempPathFactory):
+    """A JupyterLab server (tests/labdriver.py) for the whole session, serving a fresh folder; a test file copies or
+    writes its notebooks under ``lab.root_dir`` (a sub-folder of its own) and shuts its kernels down when done
+    (``lab.shutdown_kernels()``). The notebooks' kernels get their own tuning database and this checkout on
+    PYTHONPATH. Started on first use only: a run without browser tests never pays for it."""
+    from labdriver import JupyterLab, browser_available
+
+    missing = browser_available()
+    assert missing is None, missing  # the browser test files skip themselves first outside CI
+    base = tmp_path_factory.mktemp("jupyter_lab")
+    root = base / "root"
+    root.mkdir()
+    env = {"TILELANG_CORE_TUNING_DB": str(base / "tuning.sqlite3"), "PYTHONPATH": str(TESTS_DIR.parent)}
+    with JupyterLab(root, env=env, log=base / "jupyter.log") as lab:
+        yield lab
 
 
 @pytest.fixture

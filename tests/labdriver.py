@@ -108,13 +108,17 @@ class JupyterLab:
         except OSError:
             return ""
 
+    def shutdown_kernels(self) -> None:
+        """Shut every running kernel down (a test file sharing the server leaves none behind for the next)."""
+        with contextlib.suppress(Exception):
+            for k in self.api("GET", "/api/kernels") or []:
+                with contextlib.suppress(Exception):
+                    self.api("DELETE", f"/api/kernels/{k['id']}")
+
     def stop(self) -> None:
         """Shut every kernel down, stop the server (SIGTERM, then SIGKILL of its process group), clean up."""
         if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(Exception):
-                for k in self.api("GET", "/api/kernels") or []:
-                    with contextlib.suppress(Exception):
-                        self.api("DELETE", f"/api/kernels/{k['id']}")
+            self.shutdown_kernels()
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
             try:

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from labdriver import JupyterLab, browser_available, chromium_page, open_notebook, run_all, set_parameters
+from labdriver import browser_available, chromium_page, open_notebook, run_all, set_parameters
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = Path(os.environ.get("WORKBENCH_ARTIFACTS", ROOT / ".artifacts" / "browser"))
@@ -73,27 +73,29 @@ LAYOUT = """() => {
 
 
 @pytest.fixture(scope="module")
-def tuning_page(tmp_path_factory):
-    """JupyterLab with 02_tuning.ipynb run to the end in Chromium (one server and browser for this file's tests)."""
+def tuning_page(jupyter_lab):
+    """02_tuning.ipynb run to the end in Chromium on the session's JupyterLab (tests/conftest.py; one notebook and
+    browser for this file's tests, its kernel shut down after them)."""
     assert missing is None, missing
-    tmp_path = tmp_path_factory.mktemp("browser")
-    root = tmp_path / "notebooks"
-    root.mkdir()
-    nb = root / "02_tuning.ipynb"
+    folder = jupyter_lab.root_dir / "tuning"
+    folder.mkdir()
+    nb = folder / "02_tuning.ipynb"
     shutil.copy(ROOT / "notebooks" / "02_tuning.ipynb", nb)
     set_parameters(nb, 'size = 256\nrows, cols = 512, 256\nsweep_grid = "block_M=64,128 block_N=64,128"\n'
                        'target = "auto"')
-    env = {"TILELANG_CORE_TUNING_DB": str(tmp_path / "tuning.sqlite3"), "PYTHONPATH": str(ROOT)}
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with JupyterLab(root, env=env, log=tmp_path / "jupyter.log") as lab, chromium_page() as page:
-        try:
-            open_notebook(page, lab, "02_tuning.ipynb")
-            run_all(page)
-            yield page
-        finally:
-            page.screenshot(path=str(ARTIFACTS / "02_tuning_page.png"))
-            if page.locator(".wb-panel").count():
-                page.locator(PANEL).screenshot(path=str(ARTIFACTS / "02_tuning_panel.png"))
+    try:
+        with chromium_page() as page:
+            try:
+                open_notebook(page, jupyter_lab, "tuning/02_tuning.ipynb")
+                run_all(page)
+                yield page
+            finally:
+                page.screenshot(path=str(ARTIFACTS / "02_tuning_page.png"))
+                if page.locator(".wb-panel").count():
+                    page.locator(PANEL).screenshot(path=str(ARTIFACTS / "02_tuning_panel.png"))
+    finally:
+        jupyter_lab.shutdown_kernels()
 
 
 def test_panel_slider_moved_with_the_keyboard_updates_the_plot(tuning_page):

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
-from labdriver import JupyterLab, browser_available, chromium_page, open_notebook, run_all
+from labdriver import browser_available, chromium_page, open_notebook, run_all
 
 from tilelang_core.backend.cuda import find_nvcc
 from tilelang_core.backend.cuda.nvcc import nvrtc_available
@@ -57,16 +57,16 @@ def _notebook(path: Path) -> None:
                                 "nbformat": 4, "nbformat_minor": 5}))
 
 
-def test_clicking_the_gemm_line_in_the_sass_tab_highlights_its_hgmma(tmp_path):
+def test_clicking_the_gemm_line_in_the_sass_tab_highlights_its_hgmma(jupyter_lab):
+    # the session's JupyterLab (tests/conftest.py), a notebook and a kernel of this test's own
     assert missing is None, missing
-    root = tmp_path / "nb"
-    root.mkdir()
-    _notebook(root / "sass.ipynb")
-    env = {"TILELANG_CORE_TUNING_DB": str(tmp_path / "tuning.sqlite3"), "PYTHONPATH": str(ROOT)}
+    folder = jupyter_lab.root_dir / "machine_views"
+    folder.mkdir()
+    _notebook(folder / "sass.ipynb")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with JupyterLab(root, env=env, log=tmp_path / "jupyter.log") as lab, chromium_page() as page:
+    with chromium_page() as page:
         try:
-            open_notebook(page, lab, "sass.ipynb")
+            open_notebook(page, jupyter_lab, "machine_views/sass.ipynb")
             run_all(page)
             page.get_by_role("tab", name="SASS by line").first.click()
             select = page.locator(".wb-sass-lines select").first
@@ -86,3 +86,4 @@ def test_clicking_the_gemm_line_in_the_sass_tab_highlights_its_hgmma(tmp_path):
             page.locator(".wb-config-diff").first.wait_for(timeout=60_000)
         finally:
             page.screenshot(path=str(ARTIFACTS / "sass_by_line_page.png"))
+            jupyter_lab.shutdown_kernels()
