@@ -558,3 +558,23 @@ def test_warp_specialised_gemm_compiles_to_tma_loads_hgmma_and_setmaxnreg(tmp_pa
     assert "HGMMA.64x256x16.F32" in sass and "UTMALDG.2D" in sass
     assert "USETMAXREG.DEALLOC.CTAPOOL 0x28" in sass and "USETMAXREG.TRY_ALLOC.CTAPOOL" in sass
     assert sass.count("BAR.SYNC") <= 1  # one block-wide barrier (after the mbarriers' initialisation), none per step
+
+
+@needs_nvcc
+def test_the_epilogue_reads_the_accumulators_only_after_the_last_wgmma_group(tmp_path):
+    """ptxas once scheduled the packed bf16 conversions of the accumulators above the drain's wait (the GEMM lost
+    its last k-step on the H200); the drain now rewrites the accumulators with ordinary instructions after it."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_gemm import matmul
+
+    func = matmul.get_program(256, 256, 256, 64, 64, 32, in_dtype="bfloat16", out_dtype="bfloat16")
+    art = build_artifact(func, tmp_path, {"kind": "cuda", "arch": "sm_90a"}, _param_specs(func),
+                         _normalize_out_idx([-1], 3), compile_cubin=True)
+    dis = _cuobjdump()
+    if dis is None:
+        pytest.skip("no cuobjdump: the SASS check needs the disassembler")
+    sass = subprocess.run([dis, "-sass", str(tmp_path / art.extra["cuda"]["cubin"])], capture_output=True,
+                          text=True, check=True).stdout
+    drain = sass.index("WARPGROUP.DEPBAR.LE gsb0, 0x0")
+    assert "USETMAXREG" not in sass and "F2FP.BF16.F32.PACK_AB" in sass
+    assert sass.index("F2FP.BF16.F32.PACK_AB") > drain

@@ -140,11 +140,16 @@ __device__ __forceinline__ void wgmma_gemm_ss(const T* A, const TB* B, float* C)
 }
 
 // After a loop of wgmma_gemm_ss<..., PENDING = 1>: wait for the last group, then the NREGS accumulators are final.
+// Each accumulator is then rewritten by an exact identity (x + -0.0 == x, bit for bit, NaN kept): with only the
+// empty-asm fences, ptxas (CUDA 13.0) scheduled the epilogue's packed bf16 conversions (F2FP.BF16.F32.PACK_AB) of
+// the accumulators above the wait (WARPGROUP.DEPBAR.LE gsb0, 0x0), reading them before the last group had written
+// them (a warp-specialised bf16 GEMM lost its last k-step); the FADDs are ordinary register writes ptxas places after
+// the wait, and the conversions read them.
 template <int NREGS>
 __device__ __forceinline__ void wgmma_drain(float* C) {
   wgmma_wait_group<0>();
 #pragma unroll
-  for (int i = 0; i < NREGS; ++i) wgmma_fence_operand(C[i]);
+  for (int i = 0; i < NREGS; ++i) asm volatile("add.f32 %0, %0, 0f80000000;" : "+f"(C[i])::"memory");
 }
 
 }  // namespace tl
