@@ -5,13 +5,16 @@ recognises; a user's small change (bf16, another ``block_K``, the high nibble fi
 weights) fell to the generic lowering, 10-20x slower (issue 17's table). This file holds each variant as the
 program a user would write (the weight decode is an ordinary ``T.Parallel`` nest: nothing is a hint to the
 compiler), a torch reference on the dequantised weights, and a driver that, for every variant at 16x8192x8192 and
-128x8192x28672, checks the kernel against the reference first, then times it and ``torch.mm`` on the dequantised
-fp16 weights (cuBLAS) with CUDA events after an L2 clean (``run.py``'s ``bench_ms_clean``, the headline) and with
-``triton.testing.do_bench``. It also prints which mechanisms applied (the recogniser's ``gemm_dq4``, split-K's
-workspace reduce) and the compiler's notes, so a slow variant says why.
+128x8192x28672, checks the kernel against the reference first, then times it and ``torch.mm`` on an fp16 weight
+matrix of the same shape (cuBLAS) with CUDA events after an L2 clean (``run.py``'s ``bench_ms_clean``, the
+headline) and with ``triton.testing.do_bench``. It also prints which mechanisms applied (the recogniser's
+``gemm_dq4``, split-K's workspace reduce) and the compiler's notes, so a slow variant says why.
 
     python3 bench/gpu/dequant_variants.py [--log out.txt] [--only bf16 bk64] [--shapes 16x8192x8192]
-        [--pass-config tl.cuda.split_k=4 ...]
+        [--pass-config tl.cuda.split_k=4 ...] [--no-split-baseline]
+
+Kernels of the generic path that tl.SplitKCUDA split are timed again with ``tl.cuda.split_k=1`` (what split-K
+buys), unless ``--no-split-baseline``.
 
 Without a GPU, ``--source DIR`` writes each variant's generated CUDA C (and ptxas's register counts) to DIR.
 """
@@ -229,7 +232,7 @@ def mechanisms(kernel: Any) -> str:
 
 
 def run_gpu(names: list[str] | None, shapes: list[tuple[int, int, int]], pass_configs: dict[str, Any],
-            out: list[str]) -> None:
+            out: list[str], split_baseline: bool = True) -> None:
     from run import bench_ms, bench_ms_clean
 
     for M, N, K in shapes:
@@ -241,22 +244,28 @@ def run_gpu(names: list[str] | None, shapes: list[tuple[int, int, int]], pass_co
         for v in VARIANTS:
             if names and v.name not in names:
                 continue
-            try:
-                kernel = compile_variant(v, M, N, K, pass_configs)
-            except Exception as e:  # noqa: BLE001 (a variant that does not compile is a row of the table)
-                out.append(f"  {v.name:14} COMPILE FAILED: {type(e).__name__}: {str(e).splitlines()[0]}")
-                continue
             args = inputs(v, M, N, K)
-            got = kernel(*args)
             ref = reference(v, args[0], *args[1:])
-            err = ((got.double() - ref).abs().max() / ref.abs().max()).item()  # output rounding: ~2^-9 (bf16)
-            ok = err <= 1e-2
-            clean = bench_ms_clean(lambda kernel=kernel, args=args: kernel(*args))
-            db = bench_ms(lambda kernel=kernel, args=args: kernel(*args))
-            notes = "; ".join(kernel.artifact.extra.get("notes", []))
-            out.append(f"  {v.name:14} {'PASS' if ok else 'FAIL'} (err {err:.1e}) clean {clean * 1e3:.1f} us = "
-                       f"{cublas_clean / clean:.2f}x cuBLAS; do_bench {db * 1e3:.1f} us = {cublas_db / db:.2f}x; "
-                       f"{mechanisms(kernel)}" + (f"; notes: {notes}" if notes else ""))
+            runs = [("", pass_configs)]
+            for tag, cfg in runs:
+                try:
+                    kernel = compile_variant(v, M, N, K, cfg)
+                except Exception as e:  # noqa: BLE001 (a variant that does not compile is a row of the table)
+                    out.append(f"  {v.name + tag:24} COMPILE FAILED: {type(e).__name__}: {str(e).splitlines()[0]}")
+                    continue
+                got = kernel(*args)
+                err = ((got.double() - ref).abs().max() / ref.abs().max()).item()  # output rounding: ~2^-9 (bf16)
+                ok = err <= 1e-2
+                clean = bench_ms_clean(lambda kernel=kernel, args=args: kernel(*args))
+                db = bench_ms(lambda kernel=kernel, args=args: kernel(*args))
+                notes = "; ".join(kernel.artifact.extra.get("notes", []))
+                out.append(f"  {v.name + tag:24} {'PASS' if ok else 'FAIL'} (err {err:.1e}) clean {clean * 1e3:.1f} us "
+                           f"= {cublas_clean / clean:.2f}x cuBLAS; do_bench {db * 1e3:.1f} us = {cublas_db / db:.2f}x; "
+                           f"{mechanisms(kernel)}" + (f"; notes: {notes}" if notes else ""))
+                split = kernel.artifact.extra["cuda"].get("grid", [1, 1, 1])[2] > 1
+                if (split_baseline and not tag and split and "gemm_dq4" not in kernel.get_kernel_source()
+                        and "tl.cuda.split_k" not in cfg):  # what tl.SplitKCUDA buys: the same without it
+                    runs.append((" split_k=1", {**cfg, "tl.cuda.split_k": 1}))
 
 
 def write_sources(dest: Path, names: list[str] | None, shapes: list[tuple[int, int, int]],
@@ -273,8 +282,12 @@ def write_sources(dest: Path, names: list[str] | None, shapes: list[tuple[int, i
             d = dest / f"{v.name}_{M}x{N}x{K}"
             d.mkdir(parents=True, exist_ok=True)
             specs = _param_specs(func)
-            art = build_artifact(func, d, {"kind": "cuda", "arch": "sm_90a"}, specs,
-                                 _normalize_out_idx([-1], len(specs)), pass_configs=pass_configs)
+            try:
+                art = build_artifact(func, d, {"kind": "cuda", "arch": "sm_90a"}, specs,
+                                     _normalize_out_idx([-1], len(specs)), pass_configs=pass_configs)
+            except Exception as e:  # noqa: BLE001 (one failed variant is a line of the listing)
+                print(d.name, "BUILD FAILED:", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+                continue
             print(d.name, art.extra["cuda"].get("grid"), art.extra.get("notes"))
 
 
@@ -285,6 +298,8 @@ def main() -> None:
     ap.add_argument("--shapes", nargs="+", help="MxNxK")
     ap.add_argument("--pass-config", action="append", default=[], help="KEY=VALUE (a Python literal)")
     ap.add_argument("--source", help="no GPU: write the generated CUDA C of each variant under this folder")
+    ap.add_argument("--no-split-baseline", action="store_true", help="do not also time split kernels of the "
+                    "generic path with pass_configs tl.cuda.split_k=1")
     args = ap.parse_args()
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes] if args.shapes else SHAPES
     cfg = {k: ast.literal_eval(val) for k, val in (p.split("=", 1) for p in args.pass_config)}
@@ -293,7 +308,7 @@ def main() -> None:
         return
     out: list[str] = [f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, pass_configs {cfg}"]
     try:
-        run_gpu(args.only, shapes, cfg, out)
+        run_gpu(args.only, shapes, cfg, out, not args.no_split_baseline)
     finally:
         text = "\n".join(out)
         print(text)
