@@ -128,9 +128,10 @@ def test_an_mn_major_fp8_operand_keeps_the_fma_loops_with_the_reason_noted():
 # -- results on the CPU ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args", [
-    (96, 80, 112, 64, 32, 32, E4, E4, "float32", 3, 128),        # ragged M, N and K (K tail of 16)
-    (64, 64, 96, 64, 32, 32, E4, E5, "bfloat16", 2, 128),        # mixed formats, bf16 out
-    (72, 64, 96, 64, 32, 32, E5, E4, "float16", 2, 128, False),  # B stored K x N (the FMA form on CUDA), fp16 out
+    # ragged M, N and K (K tail of 48), mixed formats; 64 x 64 tiles of B, whose transpose the CPU gemm once
+    # tried in float8 vector registers (LLVM failed after minutes)
+    (96, 80, 112, 64, 64, 64, E4, E5, "float32", 3, 128),
+    (72, 64, 96, 64, 32, 32, E5, E4, "bfloat16", 2, 128, False),  # B stored K x N (the FMA form on CUDA), bf16 out
 ])
 def test_fp8_gemm_on_the_cpu_equals_the_float32_matmul_of_the_float8_values(args):
     M, N, K, a_dt, b_dt, out = args[0], args[1], args[2], args[6], args[7], args[8]
