@@ -62,6 +62,32 @@ def pipelined_gemm(M, N, K, policy):
     return main
 
 
+@tilelang.jit(out_idx=[-1])
+def w4a16(M, N, K, policy, block_M=16, block_N=64, block_K=128):
+    """The W4A16 dequantising GEMM (the example's spelling, per-channel scales) with the packed weights' copy
+    hinted ``policy`` (None: the program says nothing)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((N, K // 2), "uint8"), Scale: T.Tensor((N, 1), "float16"),
+             C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), "float16")
+            B_packed = T.alloc_shared((block_N, block_K // 2), "uint8")
+            B_shared = T.alloc_shared((block_N, block_K), "float16")
+            C_local = T.alloc_fragment((block_M, block_N), "float32")
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+                T.copy(A[by * block_M, k * block_K], A_shared)
+                T.copy(B[bx * block_N, k * (block_K // 2)], B_packed, eviction_policy=policy)
+                for i, j in T.Parallel(block_N, block_K):
+                    q = (B_packed[i, j // 2] >> (4 * (j % 2))) & 0xF
+                    B_shared[i, j] = T.cast(T.cast(q, "int32") - 8, "float16") * Scale[bx * block_N + i, 0]
+                T.gemm(A_shared, B_shared, C_local, transpose_B=True)
+            T.copy(C_local, C[by * block_M, bx * block_N])
+
+    return main
+
+
 def test_cpu_copy_with_an_eviction_policy_computes_the_same_result():
     a = torch.randn(130, 64).half()
     torch.testing.assert_close(staged_scale(130, 64, "evict_first")(a), a * 2)
@@ -93,6 +119,19 @@ def test_cuda_synchronous_copy_loads_with_an_l2_cache_policy(tmp_path):
     ptx = kernel.get_kernel_source("ptx")
     assert "createpolicy.fractional.L2::evict_first.b64" in ptx
     assert "ld.global.L1::no_allocate.L2::cache_hint.v4.u32" in ptx
+
+
+@needs_nvcc
+def test_fused_w4a16_weights_take_the_copys_eviction_policy(tmp_path):
+    """The dequant fusion's weight loads are evict-first (.cs, its default) unless the weights' copy says
+    otherwise: evict_normal gives plain loads, evict_last an L2 cache policy."""
+    normal = cuda_source(tmp_path, w4a16, 16, 256, 1024, "evict_normal", cubin=False)
+    assert normal.split("tl::gemm_dq4g<")[1].split(">")[0].endswith(", 0")  # EVICT = 0
+    last = tilelang.jit(out_idx=[-1], target="cuda")(w4a16.factory)(16, 256, 1024, "evict_last")
+    assert last.get_kernel_source().split("tl::gemm_dq4g<")[1].split(">")[0].endswith(", 2")
+    ptx = last.get_kernel_source("ptx")
+    assert "createpolicy.fractional.L2::evict_last.b64" in ptx and "ld.global.nc.L2::cache_hint.v4.u32" in ptx
+    assert "ld.global.nc.cs.v4.u32" not in ptx
 
 
 def test_cuda_hinted_copies_compute_the_same_values_in_the_emulator():

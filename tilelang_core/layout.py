@@ -1,15 +1,16 @@
-"""TileLang's ``tilelang.layout``: ``Layout``, ``Fragment`` and the swizzle constructors, as descriptions.
+"""TileLang's ``tilelang.layout``: ``Layout``, ``Fragment`` and the swizzle constructors, for ``T.annotate_layout``.
 
-Why they are descriptions here: in TileLang a layout given to ``T.annotate_layout`` tells its compiler where each
-element of a tile lives (a swizzled shared tile, a register fragment's thread mapping). Our backends choose those
-placements themselves (the CUDA backend swizzles shared tiles and infers fragment layouts; the CPU keeps tiles
-row-major), and indices in a program are logical, so honouring or ignoring such a layout never changes what a
-program computes. ``T.annotate_layout`` accepts these objects and emits nothing (docs/compat.md).
+In TileLang a layout given to ``T.annotate_layout`` tells its compiler where each element of a tile lives. Here
+(language/hints.py, transform/common/layout_annotations.py, docs/compat.md) a ``Layout`` — an index map — is
+honoured on the CPU and CUDA for tiles the kernel allocates (the tile is stored at the image of each index), a
+swizzle constructor sets a CUDA shared tile's swizzle, and a ``Fragment`` is accepted and not honoured (the CUDA
+backend infers fragment layouts itself). Indices in a program are logical, so no layout changes what a program
+computes.
 
-The objects still do what TileLang's do as index maps: :meth:`Layout.map_forward_index` applies the forward
-function (to Python ints or TIR expressions), :meth:`Fragment.map_forward_thread` the thread function, and the
-shapes are kept. Constructors whose result would have to be computed by TileLang's C++ layout engine
-(``inverse``, ``make_gemm_fragment_8x8`` ...) raise ``NotImplementedError`` pointing to docs/compat.md.
+The objects also work as index maps: :meth:`Layout.map_forward_index` applies the forward function (to Python ints
+or TIR expressions), :meth:`Fragment.map_forward_thread` the thread function, and the shapes are kept.
+Constructors whose result would have to be computed by TileLang's C++ layout engine (``inverse``,
+``make_gemm_fragment_8x8`` ...) raise ``NotImplementedError`` pointing to docs/compat.md.
 """
 
 from __future__ import annotations
@@ -63,8 +64,8 @@ class Layout:
         return self.map_forward_index(indices)
 
     def inverse(self) -> Layout:
-        raise NotImplementedError(f"Layout.inverse is not supported: layouts are descriptions here, our backends "
-                                  f"place tiles themselves (see {COMPAT_DOC})")
+        raise NotImplementedError(f"Layout.inverse is not supported: TileLang computes it in its C++ layout engine, "
+                                  f"which is not built (see {COMPAT_DOC})")
 
     def __repr__(self) -> str:
         return f"Layout(shape={list(self.shape)})"
@@ -106,8 +107,9 @@ class Fragment(Layout):
 
 
 class SwizzledLayout(Layout):
-    """A request for a bank-conflict-free (swizzled) shared tile; ``kind`` names TileLang's constructor. Our CUDA
-    backend swizzles shared tiles itself, so the forward map here is the identity on logical indices."""
+    """A request for a bank-conflict-free (swizzled) shared tile; ``kind`` names TileLang's constructor. The CUDA
+    backend applies it as its own XOR swizzle (tl.ApplyLayoutAnnotationsCUDA); as an index map here it is the
+    identity on logical indices (the swizzle lives below them)."""
 
     def __init__(self, shape: Any, kind: str, **params: Any):
         self.shape = _shape(shape, kind)

@@ -79,6 +79,7 @@ from .common import (
     ATTR_LAUNCH,
     calls_extern,
     count_uses,
+    eviction_of,
     extern,
     extern_name,
     find_thread_var,
@@ -450,8 +451,11 @@ class FuseDequantGemmCUDA(Rewriter):
             rows_left = self.ana.simplify(src.buffer.shape[0] - src.mins[0])
             cols_left = self.ana.simplify(src.buffer.shape[1] - src.mins[1])
             depth = int(self.options[PassConfigKey.TL_CUDA_DQ4_DEPTH]) if nxt else 1
+            # the weights' L2 priority: the copy's eviction_policy when it gives one, else evict-first (read once)
+            policy = eviction_of(drop)
+            evict = "" if policy in (None, 1) else f", {policy}"
             name = (f"tl::gemm_dq4g<{M}, {N}, {K}, {wn}, {swa}, {magic}, {magic_hi}, {NC}, {sets}, "
-                    f"{row_bytes}, {nxt}, {depth}>")
+                    f"{row_bytes}, {nxt}, {depth}{evict}>")
             if nxt:
                 # the register ring (depth + 1 tiles); the first `depth` tiles load before the loop (so before the A
                 # pipeline's prologue), from the loop's first k — a variable split_k_cluster can rebind
@@ -464,7 +468,7 @@ class FuseDequantGemmCUDA(Rewriter):
                 at0 = {k: k0}
                 self.loop_pre.setdefault(loop, []).extend([
                     tirx.AllocBuffer(wbuf), tirx.LetStmt(k0, loop.min),
-                    extern(f"tl::gemm_dq4g_prefetch<{N}, {K}, {wn}, {row_bytes}, {nxt}, {depth}>",
+                    extern(f"tl::gemm_dq4g_prefetch<{N}, {K}, {wn}, {row_bytes}, {nxt}, {depth}{evict}>",
                            tirx.address_of(tirx.BufferLoad(src.buffer, [substitute(m, at0) for m in src.mins])),
                            self.ana.simplify(substitute(rows_left, at0)), self.ana.simplify(substitute(cols_left, at0)),
                            wbuf_ptr, loop.extent)])

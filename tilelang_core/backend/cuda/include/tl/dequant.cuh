@@ -183,18 +183,35 @@ __device__ __forceinline__ void gemm_dq4(const half* A, const unsigned char* P, 
 // would then be written back during this kernel). An L1::no_allocate hint made these loads ~25 % slower on the H200.
 #define TL_DQ4_LDG "ld.global.nc.cs.v4.u32"
 #endif
+// EVICT: the weight copy's T.copy eviction_policy (1 evict_first, the default: the .cs load above; 0 evict_normal:
+// a plain ld.global.nc; 2 evict_last: an L2 cache policy, tl/copy.cuh's l2_policy<2>).
+template <int EVICT = 1>
 __device__ __forceinline__ uint4 ldg128_stream(const void* p, bool pred) {
   uint4 v = make_uint4(0u, 0u, 0u, 0u);
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
-      " @p " TL_DQ4_LDG " {%0, %1, %2, %3}, [%4];\n}\n"
-      : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
-      : "l"(p), "r"(static_cast<int>(pred)));
+  if constexpr (EVICT == 1) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+        " @p " TL_DQ4_LDG " {%0, %1, %2, %3}, [%4];\n}\n"
+        : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+        : "l"(p), "r"(static_cast<int>(pred)));
+  } else if constexpr (EVICT == 0) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+        " @p ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
+        : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+        : "l"(p), "r"(static_cast<int>(pred)));
+  } else {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+        " @p ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %6;\n}\n"
+        : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+        : "l"(p), "r"(static_cast<int>(pred)), "l"(l2_policy<2>()));
+  }
   return v;
 }
 
 template <int M, int N, int K, int WARP_N, int SWZ_A, int MAGIC, int MAGIC_HI, int NC, int SETS, int ROW_BYTES,
-          int NEXT, int DEPTH>
+          int NEXT, int DEPTH, int EVICT = 1>
 struct Dq4Direct {
   static constexpr int WN = N / WARP_N, MT = M / 16, NT = WN / 8, KC = K / 128, R = DEPTH + 1;
   static constexpr int WORDS = KC * NT * 4;  // registers per tile and thread
@@ -216,7 +233,7 @@ struct Dq4Direct {
       const unsigned char* p = Pg + static_cast<long long>(row) * ROW_BYTES + q * 16;
 #pragma unroll
       for (int kc = 0; kc < KC; ++kc) {
-        const uint4 v = ldg128_stream(p + kc * 64, row < rows_left && kc * 64 + q * 16 + 16 <= cols_left);
+        const uint4 v = ldg128_stream<EVICT>(p + kc * 64, row < rows_left && kc * 64 + q * 16 + 16 <= cols_left);
         unsigned* r = w + (kc * NT + ni) * 4;
         r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
       }
@@ -277,10 +294,10 @@ struct Dq4Direct {
 };
 
 // The loads of the loop's first DEPTH tiles (those of tiles < `tiles`; tile j into ring slot j), before the loop.
-template <int N, int K, int WARP_N, int ROW_BYTES, int NEXT, int DEPTH>
+template <int N, int K, int WARP_N, int ROW_BYTES, int NEXT, int DEPTH, int EVICT = 1>
 __device__ __forceinline__ void gemm_dq4g_prefetch(const unsigned char* Pg, int rows_left, int cols_left,
                                                    void* wbuf_, int tiles) {
-  using D = Dq4Direct<16, N, K, WARP_N, 0, 0, 0, 1, 1, ROW_BYTES, NEXT, DEPTH>;
+  using D = Dq4Direct<16, N, K, WARP_N, 0, 0, 0, 1, 1, ROW_BYTES, NEXT, DEPTH, EVICT>;
 #pragma unroll
   for (int j = 0; j < DEPTH; ++j)
     D::load(static_cast<unsigned*>(wbuf_) + j * D::WORDS, Pg + j * NEXT, j < tiles ? rows_left : 0,
@@ -288,10 +305,10 @@ __device__ __forceinline__ void gemm_dq4g_prefetch(const unsigned char* Pg, int 
 }
 
 template <int M, int N, int K, int WARP_N, int SWZ_A, int MAGIC, int MAGIC_HI, int NC, int SETS, int ROW_BYTES,
-          int NEXT, int DEPTH = 1>
+          int NEXT, int DEPTH = 1, int EVICT = 1>
 __device__ __forceinline__ void gemm_dq4g(const half* A, const unsigned char* Pg, int rows_left, int cols_left,
                                           const half* sc, float* C, void* wbuf_, int it, int more) {
-  using D = Dq4Direct<M, N, K, WARP_N, SWZ_A, MAGIC, MAGIC_HI, NC, SETS, ROW_BYTES, NEXT, DEPTH>;
+  using D = Dq4Direct<M, N, K, WARP_N, SWZ_A, MAGIC, MAGIC_HI, NC, SETS, ROW_BYTES, NEXT, DEPTH, EVICT>;
   if constexpr (NEXT > 0) {
     D::template step<0>(static_cast<unsigned*>(wbuf_), it % D::R, more, A, Pg, rows_left, cols_left, sc, C);
   } else {
