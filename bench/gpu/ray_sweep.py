@@ -79,8 +79,13 @@ def ensure_ray() -> Any:
     return ray
 
 
-def sweep(executor: Any, label: str, size: int, limit: int | None) -> dict[str, Any]:
+def fresh_cache(label: str) -> None:
+    """A new, empty kernel cache for one sweep. Set before Ray's head starts: its workers keep the environment they
+    were started with (a Ray compile task into the local sweep's cache would only load what that one compiled)."""
     os.environ["TILELANG_CORE_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"ray_sweep_{label}_")
+
+
+def sweep(executor: Any, label: str, size: int, limit: int | None) -> dict[str, Any]:
     from tune_sweep import reference, space
 
     from tilelang_core.autotune import TuningDB, tune
@@ -133,10 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "local"):
         from tilelang_core.autotune import local_executor
 
+        fresh_cache("local")
         rows.append(sweep("local", "local", args.size, args.configs))
         local_executor.shutdown()  # its GPU timing process gives the GPU back before Ray's actor takes it
     if args.only in (None, "ray"):
         ray = ensure_ray()
+        fresh_cache("ray")
         start_head(ray)
         try:
             rows.append(sweep("ray", "ray", args.size, args.configs))
