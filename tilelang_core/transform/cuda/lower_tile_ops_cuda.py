@@ -424,11 +424,6 @@ class LowerTileOpsCUDA(Rewriter):
             cshape = exts[:-1] + [exts[-1] // vec]
             n_chunks = total // vec
             rounds = -(-n_chunks // self.threads)
-        if not use_cp_async and vec > 4 and sdt.startswith("float8"):
-            vec = 4  # TVM's CUDA codegen prints float8 vectors (and their zero-fill broadcasts) of 1, 2 or 4 lanes only
-            cshape = exts[:-1] + [exts[-1] // vec]
-            n_chunks = total // vec
-            rounds = -(-n_chunks // self.threads)
 
         def chunk_coords(q: Any) -> tuple[list[Any], list[Any]]:
             c = q * self.threads + self.tid
