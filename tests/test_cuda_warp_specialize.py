@@ -116,9 +116,8 @@ def _ops(s: Any, env: dict[Any, Any], out: list[tuple], pending: int = 0) -> Non
         op = tile_op_name(s)
         if op == "tl.gemm":
             a, b = Region.of(call.args[0]), Region.of(call.args[1])
-            k = next(v for name, v in env.items() if str(name.name) == "k")
             out.append(("gemm", {("A_s", _value(a.mins[0], env)), ("B_s", _value(b.mins[0], env))},
-                        _value(k, {}), pending))
+                        _step(env, "k"), pending))
         elif is_sync(s):
             out.append(("sync",))
         elif op is None and isinstance(call, tvm.ir.Call) and extern_name(call) is not None:
@@ -136,7 +135,7 @@ def _ops(s: Any, env: dict[Any, Any], out: list[tuple], pending: int = 0) -> Non
                 out.append(("arrive", bar(1)))
             elif m := re.fullmatch(r"tl::tma_load_2d<(\d+)>", name):
                 dst = call.args[1].args[0]
-                tile = next(_value(v, {}) for var, v in env.items() if str(var.name) == "k_load")
+                tile = _step(env, "k_load")
                 out.append(("tma", int(m[1]), (str(dst.source.name), _value(dst.indices[0], env)), bar(2), tile))
             elif name.startswith("tl::wgmma_drain<"):
                 out.append(("drain",))
@@ -148,6 +147,12 @@ def _ops(s: Any, env: dict[Any, Any], out: list[tuple], pending: int = 0) -> Non
             out.append(("touch", _names(s)))
     else:
         raise AssertionError(f"model: unexpected statement {type(s).__name__}")
+
+
+def _step(env: dict[Any, Any], name: str) -> tuple[int, int]:
+    """(output tile of a persistent block, k-step) of the iteration ``env`` is in."""
+    val = {str(var.name): _value(v, {}) for var, v in env.items()}
+    return val.get("tile_iter", 0), val[name]
 
 
 def _names(s: Any) -> set[str]:
@@ -166,24 +171,25 @@ def _names(s: Any) -> set[str]:
 class _Model:
     """The producer thread and the consumer warps of one block, as processes over their operation lists."""
 
-    def __init__(self, func: Any, block_k: int) -> None:
+    def __init__(self, func: Any, block_k: int, block: int = 0) -> None:
         split = _find_attr(func.body, ws.ATTR_SPLIT)
         assert split is not None, "no warp-specialised loop"
         self.threads = int(split.value)
         parts = {str(x.attr_key): x.body for x in split.body.seq}
         tid = next(iter(_thread_vars(func)))
+        blocks = {v: tirx.IntImm("int32", block) for v in _thread_vars(func, "blockIdx.")}
         maps = json.loads(str(func.attrs["tl.tma_maps"]))
         self.box_bytes = [m["box"][0] * m["box"][1] * 2 for m in maps]
         self.block_k = block_k
         self.acc = {"C_f", *[str(v.name) for v in func.attrs["tl.fragment_locals"].values()]}
         self.procs: list[list[tuple]] = []
         prod: list[tuple] = []
-        _ops(parts[ws.ATTR_PRODUCER], {tid: tirx.IntImm("int32", self.threads)}, prod)
+        _ops(parts[ws.ATTR_PRODUCER], {**blocks, tid: tirx.IntImm("int32", self.threads)}, prod)
         self.procs.append(prod)
         self.warps = self.threads // 32
         for w in range(self.warps):
             ops: list[tuple] = []
-            _ops(parts[ws.ATTR_CONSUMER], {tid: tirx.IntImm("int32", 32 * w)}, ops)
+            _ops(parts[ws.ATTR_CONSUMER], {**blocks, tid: tirx.IntImm("int32", 32 * w)}, ops)
             self.procs.append(ops)
         init = _inits(func.body)
         self.count = dict(init)  # barrier -> arrivals still expected in the current phase
@@ -247,7 +253,7 @@ class _Model:
                 if not landed:
                     raise HazardError(f"warp {w}'s step {k} reads {key} before its tile landed")
                 if tile != k:
-                    raise HazardError(f"warp {w}'s step {k} reads tile {tile} from {key}")
+                    raise HazardError(f"warp {w}'s step {k} reads tile {tile} from {key}")  # (output tile, k-step)
             self.steps[w].append(k)
             self.groups[w].append(stages)
             while len(self.groups[w]) > pending:
@@ -286,11 +292,11 @@ class _Model:
             self.step(p)
 
 
-def _thread_vars(func: Any) -> list[Any]:
+def _thread_vars(func: Any, tag: str = "threadIdx.x") -> list[Any]:
     found: list[Any] = []
 
     def visit(x: Any) -> Any:
-        if x.kind == tirx.ForKind.THREAD_BINDING and str(x.thread_binding.thread_tag) == "threadIdx.x":
+        if x.kind == tirx.ForKind.THREAD_BINDING and str(x.thread_binding.thread_tag).startswith(tag):
             found.append(x.loop_var)
         return x
 
@@ -314,11 +320,13 @@ def _inits(body: Any) -> dict[tuple, int]:
 ORDERS = ["producer_first", "consumers_first", *range(12)]
 
 
-def _check(func: Any, block_k: int, k_tiles: int) -> None:
+def _check(func: Any, block_k: int, k_tiles: int, tiles: int = 1, block: int = 0) -> None:
+    """Every interleaving consumes tile t's k-steps 0..k_tiles-1 in order, for each of the block's ``tiles``."""
     for order in ORDERS:
-        model = _Model(func, block_k)
+        model = _Model(func, block_k, block)
         model.run(order)
-        assert all(steps == list(range(k_tiles)) for steps in model.steps), (order, model.steps)
+        want = [(t, k) for t in range(tiles) for k in range(k_tiles)]
+        assert all(steps == want for steps in model.steps), (order, model.steps)
         assert not any(model.groups), "drained before the epilogue"
 
 
@@ -330,6 +338,25 @@ def test_producer_and_consumer_warps_hand_every_stage_over_in_any_interleaving(s
                                                                                pass_configs):
     func = _stage((256, 256, 64 * k_tiles, 128, 128, 64, False, False, stages, threads, "float16"), pass_configs)
     _check(func, 64, k_tiles)
+
+
+PERSIST = {"tl.cuda.persistent": 3}  # 3 blocks over the grid's output tiles
+
+
+@pytest.mark.parametrize("stages,k_tiles", [(3, 5), (4, 2), (4, 9), (2, 3), (3, 1)])
+@pytest.mark.parametrize("pass_configs", [PERSIST, {**PERSIST, **WAIT0}], ids=["in_flight", "wait0"])
+def test_a_persistent_block_runs_the_ring_on_across_its_output_tiles(stages, k_tiles, pass_configs):
+    # 4 x 2 = 8 output tiles over 3 blocks: block 0 takes tiles 0, 3, 6; block 2 takes 2 and 5
+    func = _stage((256, 512, 64 * k_tiles, 128, 128, 64, False, False, stages, 256, "float16"), pass_configs)
+    assert func.attrs["tl.cuda_launch"]["grid"][0] == 3 and any("persistent: 3 blocks" in n for n in _notes(func))
+    _check(func, 64, k_tiles, tiles=3, block=0)
+    _check(func, 64, k_tiles, tiles=2, block=2)
+
+
+def test_no_more_tiles_than_blocks_is_not_persistent():
+    func = _stage((256, 256, 256, 128, 128, 64, False, False, 3, 256, "float16"))  # 4 tiles, 132 SMs
+    assert tuple(func.attrs["tl.cuda_launch"]["grid"]) == (2, 2, 1)
+    assert not any("persistent" in n for n in _notes(func))
 
 
 def test_ragged_and_transposed_shapes_are_warp_specialised_and_hand_over_correctly():
@@ -557,7 +584,10 @@ def test_warp_specialised_gemm_compiles_to_tma_loads_hgmma_and_setmaxnreg(tmp_pa
                           text=True, check=True).stdout
     assert "HGMMA.64x256x16.F32" in sass and "UTMALDG.2D" in sass
     assert "USETMAXREG.DEALLOC.CTAPOOL 0x28" in sass and "USETMAXREG.TRY_ALLOC.CTAPOOL" in sass
-    assert sass.count("BAR.SYNC") <= 1  # one block-wide barrier (after the mbarriers' initialisation), none per step
+    # one block-wide barrier (after the mbarriers' initialisation), none per k-step; the consumers' named barrier
+    # once per output tile of the persistent block (4096^2 / (128 x 256) = 512 tiles over 132 blocks)
+    bars = re.findall(r"BAR\.SYNC(?:\.DEFER_BLOCKING)? (0x[0-9a-f]+)", sass)
+    assert bars.count("0x0") == 1 and set(bars) <= {"0x0", "0x1"}, bars
 
 
 @needs_nvcc

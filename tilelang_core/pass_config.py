@@ -48,6 +48,7 @@ class PassConfigKey:
     TL_CUDA_LINEINFO = "tl.cuda.lineinfo"
     TL_CUDA_TMA_RELEASE = "tl.cuda.tma_release"
     TL_CUDA_SETMAXNREG = "tl.cuda.setmaxnreg"
+    TL_CUDA_PERSISTENT = "tl.cuda.persistent"
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,9 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
     Option(K.TL_CUDA_SETMAXNREG, "bool", True, "CUDA sm_90a, a warp-specialised loop with two or more consumer "
            "warpgroups: the producer warpgroup gives registers to the consumers (setmaxnreg: 40 and 232 per thread "
            "for two); False keeps the launch's equal share"),
+    Option(K.TL_CUDA_PERSISTENT, "int", 0, "CUDA sm_90, a warp-specialised GEMM loop with more output tiles than "
+           "blocks it may launch: 0 launches one block per SM (132) that walks the tiles in order, loading the next "
+           "tile during this tile's epilogue; n > 0 launches n blocks; -1 keeps one block per tile", minimum=-1),
     Option(K.TL_CUDA_COMPILER, "choice", "auto", "CUDA: what turns CUDA C into a cubin: 'nvcc', 'nvrtc' (the CUDA "
            "Python bindings) or 'auto' (nvcc when found, else NVRTC)", choices=("auto", "nvcc", "nvrtc")),
 ]}

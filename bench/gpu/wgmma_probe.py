@@ -118,13 +118,15 @@ def main() -> None:
         ref = torch.relu(a @ b)
         t_ref = clean_ms(lambda a=a, b=b: torch.relu(a @ b), rep=args.rep)
         print(f"\n{n}^3  torch.relu(a @ b): {t_ref:.3f} ms  {flops / t_ref / 1e9:.1f} TF/s", flush=True)
-        variants = [("tma+ws", None), ("tma-ws-noreg", {"tl.cuda.setmaxnreg": False}),
+        variants = [("tma+ws", None), ("tma+ws-1/tile", {"tl.cuda.persistent": -1}),
+                    ("tma-ws-noreg", {"tl.cuda.setmaxnreg": False}),
                     ("tma", {"tl.disable_warp_specialized": True}),
                     ("cp.async", {"tl.disable_tma_lower": True})]
         variants += [("wgmma-w0", {"tl.cuda.wgmma_pipeline": False})] if args.w0 else []
         variants += [] if args.no_mma else [("mma.sync", {"tl.cuda.wgmma": False})]
         runs = [(c, label, pc, None) for c in CONFIGS for label, pc in variants]
         runs += [(c, f"tma+ws+swz{p}", None, p) for c in RASTERED for p in args.panels]
+        runs += [(c, f"tma+ws-1/tile+swz{p}", {"tl.cuda.persistent": -1}, p) for c in RASTERED for p in args.panels]
         runs += [(c, f"tma+swz{p}", {"tl.disable_warp_specialized": True}, p) for c in RASTERED for p in args.panels]
         for (bm, bn, bk, st, th), label, pc, panel in runs:
             t0 = time.perf_counter()

@@ -1,8 +1,9 @@
-"""The warp-specialised TMA + wgmma GEMM on the GPU (issue 15 part 3): a producer warpgroup feeding the program's
-warpgroups through full/empty mbarriers, ``setmaxnreg`` rebalancing. Ragged and transposed shapes against torch,
-and bit-for-bit against the same program with ``tl.disable_warp_specialized=True`` (the same products in the
-same order of k-steps) and with ``tl.cuda.setmaxnreg=False``; an epilogue through shared memory (the consumers'
-named barrier); repeated calls (the barriers' phases start afresh in every block)."""
+"""The warp-specialised TMA + wgmma GEMM on the GPU (issue 15 parts 3 and 4): a producer warpgroup feeding the
+program's warpgroups through full/empty mbarriers, ``setmaxnreg`` rebalancing, persistent blocks. Ragged and
+transposed shapes against torch, and bit for bit against the same program with ``tl.disable_warp_specialized``
+(the same products in the same order of k-steps), with ``tl.cuda.setmaxnreg=False`` and with 7 persistent blocks
+or one block per tile (``tl.cuda.persistent``); an epilogue through shared memory (the consumers' named barrier);
+repeated calls (the barriers' phases start afresh in every block)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ def test_warp_specialised_gemm_matches_torch_and_the_unspecialised_kernel(case):
     plain = _kernel(case, {"tl.disable_warp_specialized": True})
     assert f"__launch_bounds__({threads})" in plain.get_kernel_source()
     flat = _kernel(case, {"tl.cuda.setmaxnreg": False})
+    few = _kernel(case, {"tl.cuda.persistent": 7})  # 7 persistent blocks walk all the output tiles
+    one_each = _kernel(case, {"tl.cuda.persistent": -1})
     dt = DT[dtype]
     for _ in range(2):
         a = randn(K, M, dtype=dt) if ta else randn(M, K, dtype=dt)
@@ -57,6 +60,8 @@ def test_warp_specialised_gemm_matches_torch_and_the_unspecialised_kernel(case):
         assert_written_and_close(c, ref.to(dt), rtol=tol, atol=tol * 4)
         torch.testing.assert_close(c, plain(a, b), rtol=0, atol=0)
         torch.testing.assert_close(c, flat(a, b), rtol=0, atol=0)
+        torch.testing.assert_close(c, few(a, b), rtol=0, atol=0)
+        torch.testing.assert_close(c, one_each(a, b), rtol=0, atol=0)
 
 
 def test_an_epilogue_through_shared_memory_meets_at_the_consumers_barrier():
@@ -69,11 +74,13 @@ def test_an_epilogue_through_shared_memory_meets_at_the_consumers_barrier():
         assert_written_and_close(c, (a.float() @ b.float()).half(), rtol=5e-3, atol=2e-2)
 
 
-def test_a_rastered_warp_specialised_gemm_matches_torch():
+@pytest.mark.parametrize("persistent", [0, 5, -1])
+def test_a_rastered_warp_specialised_gemm_matches_torch(persistent):
     from test_cuda_warp_specialize import gemm_rastered
 
     M, N, K = 1536, 1280, 640
-    kernel = tilelang.jit(out_idx=[-1], target="cuda")(gemm_rastered.factory)(M, N, K, 3)
+    kernel = tilelang.jit(out_idx=[-1], target="cuda", pass_configs={"tl.cuda.persistent": persistent})(
+        gemm_rastered.factory)(M, N, K, 3)
     assert "__launch_bounds__(384)" in kernel.get_kernel_source(), kernel.notes
     a, b = randn(M, K, dtype=torch.float16), randn(K, N, dtype=torch.float16)
     assert_written_and_close(kernel(a, b), (a.float() @ b.float()).half(), rtol=5e-3, atol=2e-2)

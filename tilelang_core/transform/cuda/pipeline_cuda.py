@@ -423,20 +423,18 @@ class PipelineCUDA(Rewriter):
 
     def _warp_specialized(self, s: Any, k: Any, k0: Any, n: Any, stages: int, producers: list[Any],
                           copies: list[tma.TmaCopy], remap: dict[Any, Any], gemm: Any, in_flight: Any) -> Any:
-        cons = _with_stage(gemm, remap, tirx.floormod(k0, stages))
+        base = tvm.ir.Var("ws_base", "int32")  # k-steps of the block's earlier tiles: 0 unless made persistent
+        cons = _with_stage(gemm, remap, tirx.floormod(k0 + base, stages))
+        drain = None
         if in_flight is not None:
             cons = tirx.AttrStmt(tirx.IntImm("int32", 0), WGMMA_PENDING_ATTR, tirx.IntImm("int32", 1), cons,
                                  span=cons.span)
-        both, split = ws.ws_loop(s, k, k0, n, stages, producers, copies, remap, cons, self.tid, self.threads,
-                                 in_flight is not None, self.ana.simplify)
-        if in_flight is not None:  # the drain belongs to the consumers (the producer has no accumulator)
-            c_loc, nregs = in_flight
+            c_loc, nregs = in_flight  # the drain belongs to the consumers (the producer has no accumulator)
             drain = extern(f"tl::wgmma_drain<{nregs}>", tirx.address_of(tirx.BufferLoad(c_loc,
                                                                                          [tirx.IntImm("int32", 0)])))
-            prod, cons_attr = split.body.seq
-            cons_attr = tirx.AttrStmt(cons_attr.node, ws.ATTR_CONSUMER, cons_attr.value, seq([cons_attr.body, drain]))
-            split = tirx.AttrStmt(split.node, ws.ATTR_SPLIT, split.value, seq([prod, cons_attr]), span=split.span)
-        self.ws_applied = True
+        both, split = ws.ws_loop(s, k, k0, n, stages, producers, copies, remap, cons, self.tid, self.threads,
+                                 in_flight is not None, self.ana.simplify, base, drain)
+        self.ws_applied = (base, n)
         return seq([*both, split], s.span)
 
     def _tma_copies(self, producers: list[Any]) -> list[tma.TmaCopy] | None:
@@ -577,6 +575,14 @@ def _ws_candidate(func: Any) -> tuple[Any, str]:
     return pipelined[0].loop_var, ""
 
 
+def _persistent_ctas(options: PassConfig, arch: str) -> int | None:
+    """How many blocks a persistent warp-specialised kernel launches (None: not persistent)."""
+    value = options[PassConfigKey.TL_CUDA_PERSISTENT]
+    if value < 0:
+        return None
+    return value or ws.SM_COUNT.get(arch)
+
+
 def _split_thread_body(func: Any) -> Any:
     """Move the statements around the warp-specialised loop into its consumer part (see sm90/warp_specialize)."""
 
@@ -594,7 +600,11 @@ def pipeline_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT, arch: str 
     pipe = PipelineCUDA(func, count_uses(func.body), options, arch)
     func = pipe.run(func)
     if pipe.ws_applied:
+        base, n = pipe.ws_applied
         func = _split_thread_body(func)
+        func, note = ws.persist(func, base, n, _persistent_ctas(options, arch))
+        if note:
+            pipe.fused_notes.append(note)
     if pipe.tma_maps:
         func = func.with_attr(tma.ATTR_TMA_MAPS, tma.encode_maps(pipe.tma_maps))
     if pipe.fused_notes:

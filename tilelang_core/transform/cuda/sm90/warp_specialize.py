@@ -43,13 +43,16 @@ ATTR_PRODUCER = "tl.ws_producer"
 ATTR_CONSUMER = "tl.ws_consumer"
 ATTR_BOTH = "tl.ws_both"  # the barriers' initialisation, run by every thread before the split
 PRODUCER_THREADS = 128
+SM_COUNT = {"sm_90": 132, "sm_90a": 132}  # H100 / H200 SXM: the blocks of a persistent kernel
 
 
 def ws_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, producers: list[Any], copies: list[TmaCopy],
-            remap: dict[Any, Any], consumer: Any, tid: Any, threads: int, in_flight: bool,
-            simplify: Any) -> tuple[list[Any], Any]:
+            remap: dict[Any, Any], consumer: Any, tid: Any, threads: int, in_flight: bool, simplify: Any,
+            base: Any, drain: Any = None) -> tuple[list[Any], Any]:
     """(statements every thread runs first, the ``tl.ws_split`` attribute) for the loop ``s``; ``consumer`` is the
-    consumer part of one iteration (the wgmma ``T.gemm`` on stage ``k0 % stages``)."""
+    consumer part of one iteration (the wgmma ``T.gemm`` on stage ``(base + k0) % stages``), ``drain`` what the
+    consumers run after the loop. ``base``: the k-steps of earlier output tiles of this block (0 unless
+    :func:`persist` makes the block persistent), so stages and barrier phases run on across tiles."""
     full = tirx.decl_buffer((stages,), "uint64", "tma_bar", scope="shared")
     empty = tirx.decl_buffer((stages,), "uint64", "tma_empty", scope="shared")
     stage_bytes = sum(c.nbytes for c in copies)
@@ -73,11 +76,12 @@ def ws_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, producers: list[Any], 
     # the producer: its own loop variable (the consumer loop keeps the program's)
     kp = tvm.ir.Var(f"{k.name}_load", dtype_of(k) or "int32")
     kp0 = kp - s.min if const_int(s.min) != 0 else kp
-    stage = tirx.floormod(kp0, stages)
+    g = kp0 + base  # this block's k-step count so far
+    stage = simplify(tirx.floormod(g, stages))
     body = []
-    free = extern("tl::mbar_wait", ptr(empty, stage), parity(tirx.floordiv(kp0, stages) + 1))
-    if const_int(n) is None or const_int(n) > stages:
-        body.append(tirx.IfThenElse(simplify(tirx.GE(kp0, stages)), free, None))
+    free = extern("tl::mbar_wait", ptr(empty, stage), parity(tirx.floordiv(g, stages) + 1))
+    if const_int(base) != 0 or const_int(n) is None or const_int(n) > stages:
+        body.append(tirx.IfThenElse(simplify(tirx.GE(g, stages)), free, None))
     body.append(extern("tl::mbar_expect_tx", ptr(full, stage), tirx.IntImm("uint32", stage_bytes)))
     for p, c in zip(producers, copies):
         span = p.span  # the user's T.copy line, kept on its TMA loads (source-line builds)
@@ -91,19 +95,24 @@ def ws_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, producers: list[Any], 
                                          simplify(col0 + cb * c.atom), simplify(row0)), span))
     producer = tirx.For(kp, s.min, n, tirx.ForKind.SERIAL, seq(body), None, None, None, s.span)
 
-    cstage = tirx.floormod(k0, stages)
-    wait = extern("tl::mbar_wait", ptr(full, cstage), parity(tirx.floordiv(k0, stages)))
+    g = k0 + base
+    cstage = simplify(tirx.floormod(g, stages))
+    wait = extern("tl::mbar_wait", ptr(full, cstage), parity(tirx.floordiv(g, stages)))
     lane0 = tirx.EQ(tirx.floormod(tid, 32), zero)
+    after = [drain] if drain is not None else []
     if in_flight:  # step k's wait_group 1 retired step k-1's group: its stage is free
         release = tirx.IfThenElse(tirx.And(simplify(tirx.GE(k0, 1)), lane0),
-                                  extern("tl::mbar_arrive", ptr(empty, simplify(tirx.floormod(k0 - 1, stages)))),
+                                  extern("tl::mbar_arrive", ptr(empty, simplify(tirx.floormod(g - 1, stages)))),
                                   None)
+        # the last step's stage, once the drain has retired its group (the next tile's loads wait for it)
+        after.append(tirx.IfThenElse(lane0, extern("tl::mbar_arrive", ptr(empty, simplify(
+            tirx.floormod(base + n - 1, stages)))), None))
     else:
         release = tirx.IfThenElse(lane0, extern("tl::mbar_arrive", ptr(empty, cstage)), None)
     loop = tirx.For(k, s.min, n, tirx.ForKind.SERIAL, seq([wait, consumer, release]), None, None, None, s.span)
     split = tirx.AttrStmt(zero, ATTR_SPLIT, tirx.IntImm("int32", threads), seq([
         tirx.AttrStmt(zero, ATTR_PRODUCER, zero, producer),
-        tirx.AttrStmt(zero, ATTR_CONSUMER, zero, loop)]), span=s.span)
+        tirx.AttrStmt(zero, ATTR_CONSUMER, zero, seq([loop, *after]))]), span=s.span)
     return both, split
 
 
@@ -193,3 +202,90 @@ def free_vars(node: Any) -> list[Any]:
 
     tvm_ffi.structural_map(node, [(tvm.ir.Var, var)])
     return found
+
+
+def _block_loops(func: Any) -> tuple[list[Any], Any]:
+    """(the blockIdx loops around the thread loop, outermost first; the thread loop)."""
+    loops: list[Any] = []
+    s = func.body
+    while isinstance(s, (tirx.For, tirx.AttrStmt)) and not (
+            isinstance(s, tirx.For) and s.thread_binding is not None and
+            str(s.thread_binding.thread_tag) == "threadIdx.x"):
+        if isinstance(s, tirx.For) and s.thread_binding is not None and \
+                str(s.thread_binding.thread_tag).startswith("blockIdx."):
+            loops.append(s)
+        s = s.body
+    return loops, (s if isinstance(s, tirx.For) else None)
+
+
+def persist(func: Any, base: Any, n: Any, ctas: int | None) -> tuple[Any, str]:
+    """Make the warp-specialised kernel persistent: ``ctas`` blocks (one per SM) walk the output tiles in order,
+    ``tile = blockIdx.x + t * ctas``, each tile's (bx, by) decoded from it (through ``T.use_swizzle``'s
+    rasterisation when the program has one), the stages and barrier phases running on across tiles (``base =
+    t * n``), so the producer loads the next tile while the consumers run this tile's epilogue. Otherwise (no
+    count, a grid that is not a constant 1-D or 2-D one, or no more tiles than blocks) ``base`` is 0. Returns the
+    kernel and a note ("" when not persistent)."""
+    from .. import common as cuda_common
+
+    loops, tloop = _block_loops(func)
+    grid = [const_int(lp.extent) for lp in loops]
+    launch = func.attrs[cuda_common.ATTR_LAUNCH]
+    plain = func.with_body(substitute(func.body, {base: tirx.IntImm("int32", 0)}))
+    names = [str(lp.thread_binding.thread_tag) for lp in loops]
+    if ctas is None or tloop is None or None in grid or not 1 <= len(loops) <= 2 or names[0] != "blockIdx.x" or \
+            (len(loops) == 2 and names[1] != "blockIdx.y"):
+        return plain, ""
+    gx = grid[0]
+    tiles = gx * (grid[1] if len(grid) == 2 else 1)
+    if tiles <= ctas:
+        return plain, ""
+    stmts = _flatten(tloop.body)
+    at = next(i for i, x in enumerate(stmts) if _is_attr(x, ATTR_SPLIT))
+    x = loops[0].loop_var
+    kept = [y for y in stmts[:at] if not isinstance(y, tirx.Bind)]
+    split = stmts[at]
+    producer, consumer = split.body.seq
+    count = tirx.floordiv(tirx.IntImm("int32", tiles - 1) - x, ctas) + 1
+
+    def over_tiles(part: Any, first: list[Any]) -> Any:
+        t = tvm.ir.Var("tile_iter", "int32")  # one per part: a variable is bound once
+        lin = x + t * ctas
+        vmap: dict[Any, Any] = {x: tirx.floormod(lin, gx), base: t * n}
+        if len(loops) == 2:
+            vmap[loops[1].loop_var] = tirx.floordiv(lin, gx)
+        for b in stmts[:at]:  # the shared let bindings (rasterised block indices): inlined into both parts
+            if isinstance(b, tirx.Bind):
+                vmap[b.var] = substitute(b.value, vmap)
+        body = seq([*first, substitute(part.body, vmap)])
+        return tirx.AttrStmt(part.node, str(part.attr_key), part.value,
+                             tirx.For(t, tirx.IntImm("int32", 0), count, tirx.ForKind.SERIAL, body))
+
+    # the consumers meet once per tile (a tile's epilogue may use shared memory the next tile's writes again)
+    split = tirx.AttrStmt(split.node, ATTR_SPLIT, split.value,
+                          seq([over_tiles(producer, []), over_tiles(consumer, [sync_stmt()])]), span=split.span)
+    tloop = tirx.For(tloop.loop_var, tloop.min, tloop.extent, tloop.kind, seq([*kept, *stmts[at + 1:], split])
+                     if stmts[at + 1:] else seq([*kept, split]), tloop.thread_binding, tloop.annotations,
+                     tloop.step, tloop.span)
+    body: Any = tloop
+    for i, lp in reversed(list(enumerate(loops))):
+        ext = ctas if i == 0 else 1
+        iv = tirx.IterVar(tvm.ir.Range.from_min_extent(0, ext), lp.loop_var, tirx.IterVar.ThreadIndex,
+                          str(lp.thread_binding.thread_tag))
+        body = tirx.For(lp.loop_var, lp.min, tirx.IntImm("int32", ext), lp.kind, body, iv, lp.annotations, lp.step,
+                        lp.span)
+    out = func.with_body(_rewrap(func.body, loops[0], body))
+    out = out.with_attr(cuda_common.ATTR_LAUNCH, {"grid": [ctas, 1, 1], "threads": int(launch["threads"])})
+    return out, f"persistent: {ctas} blocks walk the {tiles} output tiles (a producer loads the next tile's stages " \
+                "during this tile's epilogue)"
+
+
+def _rewrap(s: Any, old: Any, new: Any) -> Any:
+    """``s`` with the statement ``old`` (reached through loops and attributes) replaced by ``new``."""
+    if s.same_as(old):
+        return new
+    if isinstance(s, tirx.For):
+        return tirx.For(s.loop_var, s.min, s.extent, s.kind, _rewrap(s.body, old, new), s.thread_binding,
+                        s.annotations, s.step, s.span)
+    if isinstance(s, tirx.AttrStmt):
+        return tirx.AttrStmt(s.node, s.attr_key, s.value, _rewrap(s.body, old, new), span=s.span)
+    raise ValueError(f"persist: unexpected {type(s).__name__} around the kernel's block loops")
