@@ -27,6 +27,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ...errors import SourceLocation, TileLangCompileError
+from .notes import add_notes
 from .rewriter import const_int, location_of, tile_op_name
 
 ATTR_USER_LAYOUTS = "tl.user_layouts"  # {tile name: [kind, file, line, column, *kind's arguments]}
@@ -160,8 +161,12 @@ def apply_index_layouts(func: tirx.PrimFunc) -> tirx.PrimFunc:
         return tirx.AllocBuffer(flat, annotations=s.annotations) if s.annotations else tirx.AllocBuffer(flat)
 
     body = tvm_ffi.structural_map(func.body, [(tirx.AllocBuffer, alloc)])
+    placed = {str(b.name) for b in new}
+    notes = [f"{u.where}T.annotate_layout layout_map[{n}]: {n} is not a tile the kernel allocates (a kernel "
+             "parameter keeps the caller's memory layout); the layout is not applied"
+             for n, u in lays.items() if n not in placed]
     if not new:
-        return func
+        return add_notes(func, notes)
 
     ana = tvm.sym.Analyzer()
 
@@ -197,7 +202,7 @@ def apply_index_layouts(func: tirx.PrimFunc) -> tirx.PrimFunc:
         return tirx.BufferStore(flat, st.value, idx, span=st.span)
 
     body = tvm_ffi.structural_map(body, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store)])
-    return func.with_body(body)
+    return add_notes(func.with_body(body), notes)
 
 
 def layout_error(u: UserLayout, message: str, stage: str) -> TileLangCompileError:
