@@ -60,6 +60,17 @@ def test_float8_gemms_wgmma_cannot_take_say_why():
     assert plan is None and "float8_e4m3fn x float16" in why
 
 
+def test_the_committed_fp8_wgmma_header_is_what_the_generator_writes():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import gen_wgmma_ops
+
+    assert gen_wgmma_ops.OUT_FP8.read_text() == gen_wgmma_ops.fp8_header()
+    text = gen_wgmma_ops.fp8_header()
+    # every N of 8..256 for each of the four operand pairs, no transpose immediates
+    assert text.count("struct WgmmaSSF8<") == 4 * 32 and "m64n256k32.f32.e5m2.e4m3" in text
+    assert "imm-trans" not in text and '"n"(TA)' not in text
+
+
 # -- codegen ------------------------------------------------------------------------------------------------------
 
 def _build(out: Path, args: tuple, compile_cubin: bool = True):
