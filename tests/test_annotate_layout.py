@@ -190,7 +190,7 @@ def test_linear_layout_clears_the_mma_swizzle_and_is_refused_for_wgmma_with_a_no
     assert _swizzles(codegen.lower(gemm_annotated.get_program("none"), arch="sm_80"))["As"] == 7
     sm80 = codegen.lower(gemm_annotated.get_program("linear"), arch="sm_80")
     assert _swizzles(sm80)["As"] == 0 and _swizzles(sm80)["Bs"] == 7  # the mma.sync template's SWZ_A = 0
-    sm90 = codegen.lower(gemm_annotated.get_program("linear"), arch="sm_90")
+    sm90 = codegen.lower(gemm_annotated.get_program("linear"), arch="sm_90a")  # wgmma needs sm_90a
     assert any("make_linear_layout not honoured: As is a wgmma operand" in n for n in read_notes(sm90))
 
 
