@@ -18,9 +18,14 @@ computed in vectors of at most 16 bytes of the widest type the body computes wit
 each narrower global or shared operand is moved in accesses of up to 16 bytes through a small register array
 (``A`` loaded as one ``uint4`` before the halves; a narrow output stored as one after them). Where the tensors'
 alignment does not allow the chunk's width, the widest power of two that it allows is used (element-wise code
-where there is none). A scalar temporary of the body (``t = (x[i, j] - mean[i]) * rstd[i]``) belongs to one
-iteration: in a vectorised chunk it gets one slot per lane, since TVM's vectoriser would otherwise share one
-scalar among the lanes (every lane would read the last lane's value).
+where there is none). A nest over packed data — a load at ``j // c`` of its last dimension, as int4 weights two to
+a byte, possibly with loads that are the same in every lane (a per-row scale) — is not vectorised by TVM (its
+gathers of 8-bit lanes do not print as valid CUDA) but computed lane by lane from staged words: one 32-bit load of
+4 packed bytes per 8 lanes, one 16-byte store of the 8 results (``packed_chunk``), where the element-wise code
+loaded each byte twice and stored 2 bytes at a time (issue 17; docs/cuda.md). A scalar temporary of the body
+(``t = (x[i, j] - mean[i]) * rstd[i]``) belongs to one iteration: in a vectorised chunk it gets one slot per lane,
+since TVM's vectoriser would otherwise share one scalar among the lanes (every lane would read the last lane's
+value).
 
 Finally every remaining access to a replicated fragment becomes an access to its register array, ``T.alloc_var``
 scalars become one-element register arrays, and the fragment allocations are dropped.
@@ -72,6 +77,25 @@ def _has_calls(node: Any) -> bool:
 
     def rec(c: Any) -> Any:
         if not (isinstance(c.op, tvm.ir.Op) and str(c.op.name) in ("tirx.if_then_else",)):
+            found.append(c)
+        return c
+
+    tvm_ffi.structural_map(node, [(tvm.ir.Call, rec)])
+    return bool(found)
+
+
+PURE_OPS = {"tirx.if_then_else", "tirx.shift_left", "tirx.shift_right", "tirx.bitwise_and", "tirx.bitwise_or",
+            "tirx.bitwise_xor", "tirx.bitwise_not", "tirx.reinterpret", "tirx.exp", "tirx.exp2", "tirx.log",
+            "tirx.sqrt", "tirx.rsqrt", "tirx.fabs", "tirx.floor", "tirx.ceil", "tirx.round", "tirx.pow", "tirx.fma",
+            "tirx.tanh", "tirx.sigmoid", "tirx.isnan", "tirx.call_pure_extern"}
+
+
+def _impure_calls(node: Any) -> bool:
+    """``node`` calls something other than a pure operator (a device function that may touch memory)."""
+    found = []
+
+    def rec(c: Any) -> Any:
+        if not (isinstance(c.op, tvm.ir.Op) and str(c.op.name) in PURE_OPS):
             found.append(c)
         return c
 
@@ -366,29 +390,55 @@ class LowerParallelCUDA(Rewriter):
                             conds.append(c)
         return conds
 
-    def vectorizable(self, body: Any, v: Any, vec: int) -> bool:
-        """Every global/shared access is contiguous in ``v`` along its last dimension and ``vec``-aligned."""
-        accesses = [(ld.source, list(ld.indices)) for ld in loads_in(body)]
-        accesses += [(st.buffer, list(st.indices)) for st in _stores_in(body)]
-        mem = [(b, i) for b, i in accesses if tirx.is_buffer_var(b) and (is_global(b) or is_shared(b))]
-        if not mem or _has_calls(body):
+    def vectorizable(self, body: Any, v: Any, vec: int, packed_ok: bool = False) -> bool:
+        """Every global/shared access is contiguous in ``v`` along its last dimension and ``vec``-aligned.
+
+        ``packed_ok``: a load may also read the same element in every lane (a per-row scale) or element ``v // c``
+        of its last dimension, ``vec / c``-aligned (packed data: two int4 per byte), and at least one load must be
+        packed; the chunk is then computed lane by lane from staged words (:meth:`packed_chunk`), never as a TVM
+        vector gather."""
+        loads = [(ld.source, list(ld.indices)) for ld in loads_in(body)]
+        stores = [(st.buffer, list(st.indices)) for st in _stores_in(body)]
+        mem = [(b, i, k < len(loads)) for k, (b, i) in enumerate(loads + stores)
+               if tirx.is_buffer_var(b) and (is_global(b) or is_shared(b))]
+        if not mem or (_impure_calls(body) if packed_ok else _has_calls(body)):
             return False
-        zero = tirx.IntImm("int32", 0)
-        for buf, idx in mem:
-            last = const_int(buf.shape[-1])
-            if last is None or last % vec:
+        kinds = []
+        for buf, idx, is_load in mem:
+            kind = self.lane_access(buf, idx, v, vec)
+            if not (kind == 1 or (packed_ok and is_load and kind is not None)):
                 return False
-            for d, i in enumerate(idx):
-                base = self.ana.simplify(substitute(i, {v: zero}))
-                diff = self.ana.simplify(i - base)
-                if d == len(idx) - 1:
-                    if not (isinstance(diff, tvm.ir.Var) and diff.same_as(v)):
-                        return False
-                    if not self.prove(tirx.EQ(tirx.floormod(base, vec), 0)):
-                        return False
-                elif const_int(diff) != 0:
-                    return False
-        return True
+            kinds.append((kind, dtype_bytes(str(buf.dtype)) if is_load else 0))
+        # the lane-by-lane path is for packed or 8-bit data (int4 / int8 / fp8 weights): a nest whose only odd loads
+        # are broadcasts of wider data (a norm's per-row factor) keeps its old code
+        return not packed_ok or any(k > 1 or es == 1 for k, es in kinds)
+
+    def lane_access(self, buf: Any, idx: list[Any], v: Any, vec: int) -> int | None:
+        """How an access of ``buf`` at ``idx`` moves with lane ``v`` of a ``vec``-lane chunk: 1 contiguous and
+        ``vec``-aligned, 0 the same element in every lane, ``c`` > 1 element ``v // c`` of the last dimension
+        (``vec / c``-aligned); None otherwise."""
+        zero = tirx.IntImm("int32", 0)
+        diffs = []
+        for i in idx:
+            base = self.ana.simplify(substitute(i, {v: zero}))
+            diffs.append((base, self.ana.simplify(i - base)))
+        if any(const_int(d) != 0 for _, d in diffs[:-1]):
+            return None
+        base, diff = diffs[-1]
+        if const_int(diff) == 0:
+            return 0
+        last = const_int(buf.shape[-1])
+        if isinstance(diff, tvm.ir.Var) and diff.same_as(v):
+            c = 1
+        elif (isinstance(diff, tirx.FloorDiv) and isinstance(diff.a, tvm.ir.Var) and diff.a.same_as(v)
+              and (const_int(diff.b) or 0) > 1 and vec % const_int(diff.b) == 0):
+            c = const_int(diff.b)
+        else:
+            return None
+        width = vec // c
+        if last is None or last % width or not self.prove(tirx.EQ(tirx.floormod(base, width), 0)):
+            return None
+        return c
 
     # -- nests ---------------------------------------------------------------------------------------------
     def visit_For(self, s: Any) -> Any:  # noqa: N802
@@ -479,7 +529,8 @@ class LowerParallelCUDA(Rewriter):
             lane_coords = coords[:-1] + [coords[-1] + v]
             b = substitute(self.map_fragments(body, vs, base + v), dict(zip(vs, lane_coords)))
             b, lane_allocs = _lane_private(b, v, vec)
-            loop = seq([*lane_allocs, self.vector_chunk(b, v, vec, width)])
+            inner = self.packed_chunk(b, v, vec) if packed else self.vector_chunk(b, v, vec, width)
+            loop = seq([*lane_allocs, inner])
             return tirx.IfThenElse(valid, loop, None) if valid is not None else loop
 
         def iterate(count: int, fn: Any) -> Any:
@@ -499,6 +550,11 @@ class LowerParallelCUDA(Rewriter):
             width = vec
             while width > 1 and not self.vectorizable(probe, probe_v, width):
                 width //= 2
+            # packed or broadcast loads (int4 weights, a per-row scale): lanes computed one by one from staged words
+            packed = width == 1 and self.vectorizable(probe, probe_v, vec, packed_ok=True)
+            width = vec if packed else width
+        else:
+            packed = False
         # temporaries of the body get one slot per lane (see _lane_private); one of unknown size keeps it scalar
         use_vec = width > 1 and _lane_private(body, vs[-1], vec) is not None
         tconds = self.nest_in_bounds(body, vs, exts)
@@ -540,6 +596,100 @@ class LowerParallelCUDA(Rewriter):
                 out.append(make_for(w, sub, substitute(bg, {u: _offset(w, h * sub)}), ForKind.VECTORIZED))
             out += post
         return seq(out)
+
+    def packed_chunk(self, b: Any, v: Any, vec: int) -> Any:
+        """The ``vec`` lanes ``v`` of one chunk of body ``b`` whose loads may be packed (element ``v // c``) or the
+        same in every lane (see :meth:`vectorizable`), computed lane by lane: each contiguous or packed
+        global/shared load is staged first into a register array with vector accesses of up to 16 bytes (a packed
+        one moves ``vec / c`` elements: eight int4 weights are one 32-bit load), each top-level contiguous store
+        goes through a register array stored after the lanes (one 16-byte store of eight fp16), and the lanes
+        read the arrays at constant indices. Broadcast loads stay in the lanes (one address: the compiler keeps
+        one load). Why: TVM's vectoriser would turn a packed load into a per-lane gather its CUDA printer does not
+        emit correctly for 8-bit lanes, and the element-wise fallback loads every byte twice and stores 2 bytes at
+        a time."""
+        written = [st.buffer for st in _stores_in(b)]
+        read = [ld.source for ld in loads_in(b)]
+        inner = _defined_in(b)
+
+        def index_ok(idx: list[Any]) -> bool:
+            return not any(loads_in(i) for i in idx) and not any(
+                _contains(inner, x) for i in idx for x in _free_vars(i))
+
+        allocs: list[Any] = []
+        pre: list[Any] = []
+        post: list[Any] = []
+        staged: list[tuple[Any, Any, int]] = []  # (load, register array, c)
+        for ld in loads_in(b):
+            buf = ld.source
+            if not (tirx.is_buffer_var(buf) and (is_global(buf) or is_shared(buf))) or _contains(written, buf):
+                continue
+            if not index_ok(list(ld.indices)) or any(tvm_ffi.structural_equal(ld, x) for x, _, _ in staged):
+                continue
+            c = self.lane_access(buf, list(ld.indices), v, vec)
+            if not c:
+                continue
+            arr = tirx.decl_buffer((vec // c,), dtype_of(ld), f"{buf.name}_vec", scope="local")
+            allocs.append(tirx.AllocBuffer(arr))
+            staged.append((ld, arr, c))
+            pre += self.vector_load(ld, arr, v, c, vec // c)
+
+        def from_array(ld: Any) -> Any:
+            for x, arr, c in staged:
+                if tvm_ffi.structural_equal(ld, x):
+                    return tirx.BufferLoad(arr, [tirx.floordiv(v, c) if c > 1 else v])
+            return ld
+
+        if staged:
+            b = tvm_ffi.structural_map(b, [(tvm.ir.TensorLoad, from_array)])
+        items = list(b.seq) if isinstance(b, tirx.SeqStmt) else [b]
+        for n, st in enumerate(items):
+            if not (isinstance(st, tirx.BufferStore) and tirx.is_buffer_var(st.buffer)
+                    and (is_global(st.buffer) or is_shared(st.buffer))):
+                continue
+            if _contains(read, st.buffer) or not index_ok(list(st.indices)):
+                continue
+            if self.lane_access(st.buffer, list(st.indices), v, vec) != 1:
+                continue
+            arr = tirx.decl_buffer((vec,), str(st.buffer.dtype), f"{st.buffer.name}_vec", scope="local")
+            allocs.append(tirx.AllocBuffer(arr))
+            items[n] = tirx.BufferStore(arr, st.value, [v], span=st.span)
+            post += self.vector_store(st, arr, v, vec)
+        if post:
+            b = seq(items, b.span)
+        lanes = [substitute(b, {v: tirx.IntImm("int32", lane)}) for lane in range(vec)]
+        return seq(allocs + pre + lanes + post)
+
+    def vector_load(self, ld: Any, arr: Any, v: Any, c: int, n: int) -> list[Any]:
+        """Fill register array ``arr`` (``n`` elements) with elements ``0 .. n-1`` of load ``ld`` at lanes
+        ``v = 0, c, 2c, ...`` (contiguous and aligned, see :meth:`lane_access`) with explicit vector (``Ramp``)
+        indices of up to 16 bytes, swizzled once per chunk as :meth:`vector_store`'s."""
+        lanes = _staged_lanes(dtype_of(ld), n)
+        out = []
+        for p in range(n // lanes):
+            idx = [self.ana.simplify(substitute(i, {v: tirx.IntImm("int32", p * lanes * c)})) for i in ld.indices]
+            dst = tirx.IntImm("int32", p * lanes)
+            if lanes > 1:
+                idx[-1] = tirx.Ramp(idx[-1], tirx.IntImm("int32", 1), lanes)
+                dst = tirx.Ramp(dst, tirx.IntImm("int32", 1), lanes)
+            out.append(tirx.BufferStore(arr, tirx.BufferLoad(ld.source, idx), [dst]))
+        return out
+
+    def vector_store(self, st: Any, arr: Any, v: Any, vec: int) -> list[Any]:
+        """Store register array ``arr`` (lanes ``v`` of ``st``, contiguous and aligned) with explicit vector
+        (``Ramp``) indices of up to 16 bytes: tl.LowerSharedMemoryCUDA swizzles a Ramp's base once, so a 16-byte
+        chunk of a swizzled tile stays one store (a vectorised loop would become a scatter after the swizzle)."""
+        lanes = _staged_lanes(str(st.buffer.dtype), vec)
+        zero = tirx.IntImm("int32", 0)
+        out = []
+        for p in range(vec // lanes):
+            idx = [self.ana.simplify(substitute(i, {v: tirx.IntImm("int32", p * lanes)})) for i in st.indices]
+            if lanes > 1:
+                idx[-1] = tirx.Ramp(idx[-1], tirx.IntImm("int32", 1), lanes)
+                val = tirx.BufferLoad(arr, [tirx.Ramp(tirx.IntImm("int32", p * lanes), tirx.IntImm("int32", 1), lanes)])
+            else:
+                val = tirx.BufferLoad(arr, [tirx.IntImm("int32", p) if p else zero])
+            out.append(tirx.BufferStore(st.buffer, val, idx, span=st.span))
+        return out
 
     def stage(self, b: Any, u: Any, width: int, sub: int) -> tuple[Any, list[Any], list[Any]]:
         """Route the global/shared operands of ``b`` (lanes ``u`` of a ``width``-lane group, computed ``sub`` lanes
@@ -617,6 +767,18 @@ class LowerParallelCUDA(Rewriter):
         if post:
             b = seq(items, b.span)
         return b, allocs + pre, post
+
+
+def _staged_lanes(dtype: str, n: int) -> int:
+    """Lanes of one explicit vector access of ``dtype`` moving ``n`` elements: up to 16 bytes, at most 4 float8
+    lanes (the widest float8 vector TVM's CUDA printer takes) and 8 of other 8-bit types, bool one at a time."""
+    if dtype == "bool":
+        return 1
+    cap = 4 if "float8" in dtype else 8 if dtype_bytes(dtype) == 1 else 16 // dtype_bytes(dtype)
+    lanes = max(1, min(n, cap))
+    while n % lanes:
+        lanes //= 2
+    return lanes
 
 
 def _offset(var: Any, first: int) -> Any:
