@@ -1,7 +1,8 @@
 """Split-K as a general transform (tl.SplitKCUDA) on the GPU: decode-shaped ``T.gemm`` kernels with an epilogue
 (bias + ReLU + cast), the automatic choice and forced factors, ragged M and N, repeated launches (the tile counters
 must be back at zero after every launch), and the dequantised-GEMM variants of bench/gpu/dequant_variants.py that
-the W4A16 recogniser does not take.
+the W4A16 recogniser does not take (split, with their nests lowered lane by lane from packed words:
+tests/test_cuda_packed_nests.py), ragged shapes included.
 
 Written without a GPU and not yet run on one (the CUDA side is checked by tests/test_cuda_split_k.py: nvcc and the
 CUDA emulator); run with ``bash bench/gpu/test_suite.sh -k split_k`` on the GPU host."""
@@ -55,9 +56,9 @@ def test_split_results_are_deterministic_across_launches():
         assert torch.equal(kernel(A, B, bias), first)  # partials summed in rank order, whoever arrives last
 
 
+@pytest.mark.parametrize("M,N,K", [(7, 1024, 4096), (5, 1000, 2048)])
 @pytest.mark.parametrize("v", dv.VARIANTS, ids=[v.name for v in dv.VARIANTS])
-def test_dequant_variants_match_torch_at_a_decode_shape(v):
-    M, N, K = 7, 1024, 4096
+def test_dequant_variants_match_torch_at_a_decode_shape(v, M, N, K):
     kernel = dv.compile_variant(v, M, N, K)
     args = dv.inputs(v, M, N, K)
     got = kernel(*args)
