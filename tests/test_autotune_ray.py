@@ -1,7 +1,8 @@
 """The Ray executor end to end on a real local cluster: a head node and one more worker node (real Ray processes on
 this host, started here and stopped after; CPU only), the quickstart GEMM over 64 configurations compiled as Ray
 tasks and timed in a Ray actor, with one compile worker process and the timing actor SIGKILLed mid-sweep: no result
-is lost, and the results are of the same kind as the local executor's."""
+is lost, and the results are of the same kind as the local executor's; a compile task and a timing task that hang
+are killed after ``tune(timeout=...)`` and the sweep goes on."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import pytest
 from autotune_sweep import EXPECTED_KIND, SHAPES, SPACE, TIMING, Killer, check_complete, kind_of
 
 from tilelang_core.autotune import RayExecutor, TuningDB, tune
-from tilelang_core.autotune.executors import COMPILE
-from tilelang_core.quickstart import matmul_relu
+from tilelang_core.autotune.executors import COMPILE, TIME
+from tilelang_core.quickstart import matmul_relu, reference
 
 ray = pytest.importorskip("ray", reason="Ray is the optional extra '.[ray]' (scripts/setup-env.sh --ray)")
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -88,3 +89,25 @@ def test_ray_sweep_of_64_configs_survives_a_killed_worker_and_actor(cluster, tmp
     assert len(compile_workers) >= 2  # compile tasks ran in several worker processes
     assert all(m.worker.startswith("ray-time-") for m in result.measurements)
     assert kind_of(result) == EXPECTED_KIND  # the same kind of result as the local executor's
+
+
+def test_ray_timeout_cancels_a_hung_compile_task_and_kills_a_hung_timing_actor(cluster, tmp_path):
+    from autotune_sweep import stuck_gemm
+
+    from tilelang_core.autotune.record import COMPILE_ERROR, RUN_ERROR
+    from tilelang_core.autotune.workers import compile_config, jitted
+
+    space = [{"stuck": "compile"}, {"stuck": "run"}, {"stuck": ""}]
+    for c in space[1:]:  # into the cluster's kernel cache: in the sweep these two compile in milliseconds
+        compile_config(jitted(stuck_gemm), {**SHAPES, **c})
+    ex = RayExecutor()
+    result = tune(stuck_gemm, space, args=SHAPES, ref=reference, executor=ex, db=tmp_path / "t.sqlite3",
+                  progress=False, finalists=0, timeout=8, **TIMING)
+    compile_hang, run_hang, fine = result.measurements
+    assert compile_hang.status == COMPILE_ERROR and compile_hang.attempts == 2
+    assert "Ray compile task killed: its task ran past compile_timeout_s=8" in compile_hang.message
+    assert run_hang.status == RUN_ERROR and run_hang.attempts == 2
+    assert "killed: its task ran past time_timeout_s=8" in run_hang.message
+    assert fine.ok and fine.latency_ms > 0, fine.message  # the sweep went on
+    assert ex.timeouts == {COMPILE: 900.0, TIME: 900.0}
+    assert not ray_task_pids("_compile")  # the hung compile's worker process was killed, not left sleeping

@@ -12,6 +12,15 @@ or node that dies surfaces here as a lost task (``WorkerCrashedError``, ``ActorD
 scheduler retries it once elsewhere (a lost actor is replaced first). A kernel that crashes its GPU context kills
 only its actor. Ctrl-C cancels the tasks in flight (``ray.cancel(force=True)``) and kills the actors.
 
+Timeouts: a compile task running past ``compile_timeout_s`` is cancelled with ``force=True`` (its worker process is
+killed) and a timing actor whose task runs past ``time_timeout_s`` is killed and replaced; either task counts as
+lost (retried once, then recorded as failed with the reason). Ray queues tasks and starts worker processes itself,
+so the time since submission is not the time running: a compile task tells a small clock actor when it has
+started (its imports done), and its clock starts when the driver hears that; one that has not started
+``START_ALLOWANCE_S`` plus its limit after submission is cancelled as well. The clock of a timing task starts when
+its actor has finished starting (its ``pid()`` answered). This executor keeps no more compile tasks in flight than
+the cluster has CPUs for them (the rest wait here).
+
 Ray is an optional extra (``pip install -e '.[ray]'``); this module imports it only when an executor is opened.
 """
 
@@ -19,11 +28,23 @@ from __future__ import annotations
 
 import collections
 import os
+import time
 from typing import Any
 
-from .executors import COMPILE, TIME, Event, Executor, WorkerState
+from .executors import (
+    COMPILE,
+    DEFAULT_TIMEOUT_S,
+    TIME,
+    TIMEOUT_NAMES,
+    Event,
+    Executor,
+    WorkerState,
+    check_timeout,
+    task_limit,
+)
 
 _REMOTES: dict[str, Any] = {}
+START_ALLOWANCE_S = 300.0  # a compile task not started this long (plus its limit) after submission is cancelled
 
 
 def _ray() -> Any:
@@ -41,9 +62,25 @@ def _worker_name() -> str:
     return f"ray:{node[:8]}:{os.getpid()}"
 
 
-def _compile(job: Any, index: int, call: dict[str, Any]) -> Any:
+class _StartClock:
+    """Where compile tasks say they have started (imports done); the driver takes the keys on each poll."""
+
+    def __init__(self) -> None:
+        self._keys: list[int] = []
+
+    def started(self, key: int) -> None:
+        self._keys.append(key)
+
+    def take(self) -> list[int]:
+        keys, self._keys = self._keys, []
+        return keys
+
+
+def _compile(job: Any, index: int, call: dict[str, Any], clock: Any = None, key: int = 0) -> Any:
     from .tasks import compile_one
 
+    if clock is not None:
+        clock.started.remote(key)  # not waited for: the driver's clock for this task starts when it hears this
     return compile_one(job, index, call, _worker_name())
 
 
@@ -70,19 +107,24 @@ def _remotes() -> dict[str, Any]:
         ray = _ray()
         _REMOTES["compile"] = ray.remote(num_cpus=1, max_retries=0)(_compile)
         _REMOTES["actor"] = ray.remote(max_restarts=0, max_task_retries=0)(_TimingActor)
+        _REMOTES["clock"] = ray.remote(num_cpus=0, max_restarts=0)(_StartClock)
     return _REMOTES
 
 
 class RayExecutor(Executor):
     """Run a sweep on a Ray cluster: ``address`` as ``ray.init`` takes it (None: the cluster this process is
     connected to, else a new local one; ``"auto"``; ``"127.0.0.1:6379"``; ``"ray://host:10001"``).
-    ``timing_actors``: how many (default: one per GPU of the cluster for a CUDA target, else one)."""
+    ``timing_actors``: how many (default: one per GPU of the cluster for a CUDA target, else one).
+    ``compile_timeout_s`` / ``time_timeout_s``: how long a compile or timing task may run (900 s each)."""
 
     def __init__(self, address: str | None = None, timing_actors: int | None = None,
-                 init_kwargs: dict[str, Any] | None = None):
+                 init_kwargs: dict[str, Any] | None = None, compile_timeout_s: float = DEFAULT_TIMEOUT_S,
+                 time_timeout_s: float = DEFAULT_TIMEOUT_S):
         if timing_actors is not None and (not isinstance(timing_actors, int) or timing_actors < 1):
             raise ValueError(f"RayExecutor: timing_actors must be a positive integer, got {timing_actors!r}")
         super().__init__(name="ray")
+        self.timeouts = {COMPILE: check_timeout("RayExecutor", "compile_timeout_s", compile_timeout_s),
+                         TIME: check_timeout("RayExecutor", "time_timeout_s", time_timeout_s)}
         self.address = address
         self.timing_actors = timing_actors
         self.init_kwargs = dict(init_kwargs or {})
@@ -91,6 +133,16 @@ class RayExecutor(Executor):
         self._busy: dict[str, Any] = {}  # actor name -> ref in flight
         self._pids: dict[str, Any] = {}  # actor name -> ref of its pid
         self._queue: collections.deque[tuple[str, int, Any, str | None]] = collections.deque()
+        self._compiles: collections.deque[tuple[int, Any]] = collections.deque()  # waiting for a free CPU
+        self._compile_slots = 1
+        self._started: dict[Any, float] = {}  # ref in flight -> when its clock started (time.monotonic())
+        self._payloads: dict[Any, Any] = {}  # ref in flight -> its payload (the finalists' limit depends on it)
+        self._ready: set[str] = set()  # actors that have finished starting
+        self._clock: Any = None  # the _StartClock actor of this sweep
+        self._keys: dict[int, Any] = {}  # start key -> compile ref not yet started
+        self._key_of: dict[Any, int] = {}
+        self._submitted: dict[Any, float] = {}  # compile ref -> when it was submitted
+        self._next_key = 0
         self._job: Any = None
         self._job_ref: Any = None
         self._gpu = False
@@ -111,7 +163,10 @@ class RayExecutor(Executor):
         gpus = int(ray.cluster_resources().get("GPU", 0))
         self._gpu = job.kind == "cuda" and gpus > 0
         n = self.timing_actors or (gpus if self._gpu else 1)
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        self._compile_slots = max(1, cpus - (0 if self._gpu else n))  # CPU timing actors hold a CPU each
         self._kill_actors()
+        self._clock = _remotes()["clock"].remote()
         self.workers = {}
         for _ in range(n):
             self._new_actor()
@@ -141,6 +196,7 @@ class RayExecutor(Executor):
         self._actors.clear()
         self._busy.clear()
         self._pids.clear()
+        self._ready.clear()
 
     # -- tasks ------------------------------------------------------------------------------------------------
     def capacity(self, role: str) -> int:
@@ -156,13 +212,22 @@ class RayExecutor(Executor):
 
     def submit(self, kind: str, task_id: int, payload: Any, avoid: str | None = None) -> None:
         if kind == COMPILE:
-            ref = _remotes()["compile"].remote(self._job_ref, task_id, payload)
-            self._refs[ref] = (COMPILE, task_id, "")
-            return
-        self._queue.append((kind, task_id, payload, avoid))
+            self._compiles.append((task_id, payload))
+        else:
+            self._queue.append((kind, task_id, payload, avoid))
         self._dispatch()
 
     def _dispatch(self) -> None:
+        in_flight = sum(1 for kind, _t, _w in self._refs.values() if kind == COMPILE)
+        while self._compiles and in_flight < self._compile_slots:
+            task_id, payload = self._compiles.popleft()
+            self._next_key += 1
+            key = self._next_key
+            ref = _remotes()["compile"].remote(self._job_ref, task_id, payload, self._clock, key)
+            self._refs[ref] = (COMPILE, task_id, "")
+            self._keys[key], self._key_of[ref] = ref, key
+            self._submitted[ref] = time.monotonic()
+            in_flight += 1
         still: collections.deque[tuple[str, int, Any, str | None]] = collections.deque()
         while self._queue:
             kind, task_id, payload, avoid = self._queue.popleft()
@@ -175,13 +240,70 @@ class RayExecutor(Executor):
             actor = self._actors[pick]
             ref = (actor.measure if kind == TIME else actor.finals).remote(payload)
             self._refs[ref] = (kind, task_id, pick)
+            self._started[ref] = time.monotonic()
+            self._payloads[ref] = payload
             self._busy[pick] = ref
             w = self.workers[pick]
             w.busy, w.current = True, task_id
         self._queue = still
 
     def pending(self) -> int:
-        return len(self._refs) + len(self._queue)
+        return len(self._refs) + len(self._queue) + len(self._compiles)
+
+    def _forget(self, ref: Any) -> tuple[str, int, str]:
+        self._started.pop(ref, None)
+        self._payloads.pop(ref, None)
+        self._submitted.pop(ref, None)
+        self._keys.pop(self._key_of.pop(ref, -1), None)
+        return self._refs.pop(ref)
+
+    def _compiles_started(self, now: float) -> None:
+        """Start the clocks of the compile tasks that have said they started."""
+        if not self._keys or self._clock is None:
+            return
+        ray = _ray()
+        try:
+            keys = ray.get(self._clock.take.remote(), timeout=10)
+        except Exception:  # noqa: BLE001 - the clock actor is slow or gone: next poll (the allowance still holds)
+            return
+        for key in keys:
+            ref = self._keys.pop(key, None)
+            if ref is not None and ref in self._refs:
+                self._started[ref] = now
+
+    def _overdue(self) -> list[Event]:
+        """Kill what ran past its timeout: cancel the compile task (force: its worker process dies), kill the actor."""
+        ray = _ray()
+        now = time.monotonic()
+        for name, ref in self._busy.items():  # an actor's clock starts once it has started (imports, session)
+            if name not in self._ready and name in self._pids:
+                if ray.wait([self._pids[name]], timeout=0)[0]:
+                    self._ready.add(name)
+                    self._started[ref] = max(self._started.get(ref, now), now)
+                else:
+                    self._started[ref] = now
+        self._compiles_started(now)
+        events = []
+        for ref, (kind, task_id, worker) in list(self._refs.items()):
+            limit = task_limit(self.timeouts, kind, self._payloads.get(ref))
+            if ref in self._started:
+                if now - self._started[ref] <= limit:
+                    continue
+            elif now - self._submitted.get(ref, now) <= limit + START_ALLOWANCE_S:
+                continue
+            self._forget(ref)
+            what = TIMEOUT_NAMES[COMPILE if kind == COMPILE else TIME]
+            events.append(Event(kind, task_id, worker or "ray-compile", lost=True,
+                                why=f"{'actor ' + worker if worker else 'Ray compile task'} killed: its task ran past "
+                                    f"{what}={limit:g}"))
+            if worker:
+                self._lose_actor(worker)
+            else:
+                try:
+                    ray.cancel(ref, force=True)
+                except Exception:  # noqa: BLE001 - finished meanwhile
+                    pass
+        return events
 
     def wait(self, timeout: float) -> list[Event]:
         ray = _ray()
@@ -194,7 +316,7 @@ class RayExecutor(Executor):
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         events = []
         for ref in ready:
-            kind, task_id, worker = self._refs.pop(ref)
+            kind, task_id, worker = self._forget(ref)
             try:
                 out = ray.get(ref)
             except ray.exceptions.RayTaskError as e:  # our code raised (it catches what it expects)
@@ -211,6 +333,7 @@ class RayExecutor(Executor):
             w = self.workers.setdefault(name, WorkerState(name, COMPILE if kind == COMPILE else TIME))
             w.busy, w.current, w.done = False, None, w.done + 1
             events.append(Event(kind, task_id, name, result=out))
+        events.extend(self._overdue())
         self._dispatch()
         return events
 
@@ -220,6 +343,7 @@ class RayExecutor(Executor):
         actor = self._actors.pop(name, None)
         self._busy.pop(name, None)
         self._pids.pop(name, None)
+        self._ready.discard(name)
         if actor is not None:
             try:
                 ray.kill(actor)
@@ -232,19 +356,31 @@ class RayExecutor(Executor):
     def cancel(self) -> None:
         ray = _ray()
         self._queue.clear()
+        self._compiles.clear()
         for ref, (kind, _tid, _worker) in list(self._refs.items()):
             if kind == COMPILE:
                 try:
                     ray.cancel(ref, force=True)
                 except Exception:  # noqa: BLE001 - finished meanwhile
                     pass
-        self._refs.clear()
+        self._drop_refs()
         self._kill_actors()
+
+    def _drop_refs(self) -> None:
+        for d in (self._refs, self._started, self._payloads, self._submitted, self._keys, self._key_of):
+            d.clear()
+        if self._clock is not None:
+            try:
+                _ray().kill(self._clock)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+            self._clock = None
 
     def close(self) -> None:
         self._queue.clear()
+        self._compiles.clear()
         self._kill_actors()
-        self._refs.clear()
+        self._drop_refs()
 
 
 __all__ = ["RayExecutor"]
