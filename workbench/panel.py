@@ -319,10 +319,11 @@ class TuningPanel:
                 parts.append(f"{k.name}={','.join(str(v) for v in around)}")
         return " ".join(parts)
 
-    def sweep(self, spec: str | dict[str, list[Any]] | None = None) -> Future:
+    def sweep(self, spec: str | dict[str, list[Any]] | None = None, executor: Any = None) -> Future:
         """Measure every configuration of the grid (``--tune`` syntax; default: the text box) in the background,
         the other knobs at their slider values; configurations measured before are skipped. Returns a future that
-        resolves with the number measured."""
+        resolves with the number measured. ``executor``: where (default: the **run** choice): ``"inline"``,
+        ``"local"``, ``"ray"``, or an executor object (``RayExecutor(address=...)``, ``LocalExecutor(...)``)."""
         from tilelang_core.autotune import grid
 
         try:
@@ -346,17 +347,18 @@ class TuningPanel:
         self.sweep_status.value = _span(f"sweep: {total} configuration(s) to measure", _DIM)
         result: Future = Future()
         self.sweep_future = result
-        if self.sweep_executor.value != "inline":
-            self._sweep_through(gen, todo, result)
+        choice = executor if executor is not None else self.sweep_executor.value
+        if choice != "inline":
+            self._sweep_through(gen, todo, result, choice)
         else:
             self._sweep_step(gen, todo, 0, result)
         return result
 
-    def _sweep_through(self, gen: int, todo: list[dict[str, Any]], result: Future) -> None:
+    def _sweep_through(self, gen: int, todo: list[dict[str, Any]], result: Future, executor: Any) -> None:
         """The sweep through ``tilelang_core.autotune.tune(executor=...)`` on a thread of its own."""
         from .cell_sweep import start_sweep
 
-        choice = self.sweep_executor.value
+        choice = getattr(executor, "name", executor)
         total = len(todo)
         measured = [0]
         self._bars = {}
@@ -390,7 +392,7 @@ class TuningPanel:
             return
         self.sweep_status.value = _span(f"sweep ({choice}): {total} configuration(s) to measure", _DIM)
         try:
-            start_sweep(self.wk, todo, executor=choice, db=self.explorer.db, on_result=on_result,
+            start_sweep(self.wk, todo, executor=executor, db=self.explorer.db, on_result=on_result,
                         on_progress=on_progress, should_stop=lambda: gen != self._sweep_gen, on_done=on_done)
         except Exception as e:  # noqa: BLE001 - the cell or --ref cannot reach a worker: said in the panel
             self.sweep_button.disabled, self.stop_button.disabled = False, True
