@@ -74,6 +74,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
     from .cuda.lower_tile_ops_cuda import lower_tile_ops_cuda
     from .cuda.lower_tile_views_cuda import lower_tile_views_cuda
     from .cuda.pipeline_cuda import pipeline_cuda
+    from .cuda.small_int_to_half_cuda import small_int_to_half_cuda
     from .cuda.split_k_cuda import split_k_cuda
     from .cuda.warp_specialize_cuda import warp_specialize_cuda
 
@@ -101,6 +102,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
         ("tl.WarpSpecializeCUDA", lambda f: warp_specialize_cuda(f, opts)),
         ("tl.NanSkippingMinMax", lambda f: nan_skipping_minmax(f, cuda=True)),
         ("tl.FastExpCUDA", fast_exp_cuda),
+        ("tl.SmallIntToHalfCUDA", small_int_to_half_cuda),
         ("tl.PromoteIndexInt64", promote_index_int64),
     ]
 
