@@ -50,6 +50,41 @@ def unpack_int4(N, K, hi_first=0, block_N=16, dtype="float16"):
     return main
 
 
+@tilelang.jit(out_idx=[-1])
+def unpack_fp4(N, K, block_N=16):
+    """W = e2m1(nibble) * S[n]: a decode with selects (``T.if_then_else``) and shifts, lane by lane as well."""
+
+    @T.prim_func
+    def main(P: T.Tensor((N, K // 2), "uint8"), S: T.Tensor((N, 1), "float16"), W: T.Tensor((N, K), "float16")):
+        with T.Kernel(T.ceildiv(N, block_N), threads=128) as bx:
+            P_s = T.alloc_shared((block_N, K // 2), "uint8")
+            W_s = T.alloc_shared((block_N, K), "float16")
+            T.copy(P[bx * block_N, 0], P_s)
+            for i, j in T.Parallel(block_N, K):
+                q = T.cast((P_s[i, j // 2] >> (4 * (j % 2))) & 0xF, "int32")  # s e e m
+                e = (q >> 1) & 3
+                mag = T.if_then_else(e == 0, T.cast(q & 1, "float32") * 0.5,
+                                     (1.0 + T.cast(q & 1, "float32") * 0.5) * T.cast(1 << (T.max(e, 1) - 1), "float32"))
+                W_s[i, j] = T.cast(T.if_then_else(q >= 8, -mag, mag), "float16") * S[bx * block_N + i, 0]
+            T.copy(W_s, W[bx * block_N, 0])
+
+    return main
+
+
+FP4_E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+
+
+def test_fp4_decode_nest_is_lowered_lane_by_lane_and_matches_torch_in_the_emulator(tmp_path):
+    src = cuda_source(tmp_path, unpack_fp4, 32, 64, cubin=False)
+    assert "uchar P_s_vec_ptr[4];" in src
+    g = torch.Generator().manual_seed(7)
+    P = torch.randint(0, 256, (32, 32), generator=g, dtype=torch.uint8)
+    S = (torch.rand(32, 1, generator=g) * 0.1 + 0.01).half()
+    (W,) = emulate(unpack_fp4, (32, 64), {}, [P, S])
+    q = torch.stack([P & 0xF, P >> 4], dim=-1).reshape(32, 64).long()
+    assert torch.equal(W, torch.tensor(FP4_E2M1)[q].half() * S)
+
+
 def _unpacked(P: torch.Tensor, S: torch.Tensor, hi_first: int) -> torch.Tensor:
     lo, hi = (P & 0xF).to(torch.int32), (P >> 4).to(torch.int32)
     q = torch.stack([hi, lo] if hi_first else [lo, hi], dim=-1).reshape(P.shape[0], -1)

@@ -84,10 +84,10 @@ def _has_calls(node: Any) -> bool:
     return bool(found)
 
 
-PURE_OPS = {"tirx.if_then_else", "tirx.shift_left", "tirx.shift_right", "tirx.bitwise_and", "tirx.bitwise_or",
-            "tirx.bitwise_xor", "tirx.bitwise_not", "tirx.reinterpret", "tirx.exp", "tirx.exp2", "tirx.log",
-            "tirx.sqrt", "tirx.rsqrt", "tirx.fabs", "tirx.floor", "tirx.ceil", "tirx.round", "tirx.pow", "tirx.fma",
-            "tirx.tanh", "tirx.sigmoid", "tirx.isnan", "tirx.call_pure_extern"}
+PURE_OPS = {"tirx.if_then_else", "prim.if_then_else", "tirx.shift_left", "tirx.shift_right", "tirx.bitwise_and",
+            "tirx.bitwise_or", "tirx.bitwise_xor", "tirx.bitwise_not", "tirx.reinterpret", "tirx.exp", "tirx.exp2",
+            "tirx.log", "tirx.sqrt", "tirx.rsqrt", "tirx.fabs", "tirx.floor", "tirx.ceil", "tirx.round", "tirx.pow",
+            "tirx.fma", "tirx.tanh", "tirx.sigmoid", "tirx.isnan", "tirx.call_pure_extern"}
 
 
 def _impure_calls(node: Any) -> bool:
@@ -425,8 +425,9 @@ class LowerParallelCUDA(Rewriter):
         if any(const_int(d) != 0 for _, d in diffs[:-1]):
             return None
         base, diff = diffs[-1]
-        if const_int(diff) == 0:
-            return 0
+        if const_int(diff) == 0 or all(self.prove(tirx.EQ(substitute(idx[-1], {v: tirx.IntImm("int32", lane)}), base))
+                                       for lane in range(1, vec)):
+            return 0  # the same element in every lane (a group scale: (k * bK + j) // 32 over an aligned chunk)
         last = const_int(buf.shape[-1])
         if isinstance(diff, tvm.ir.Var) and diff.same_as(v):
             c = 1
