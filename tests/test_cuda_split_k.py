@@ -309,3 +309,16 @@ def test_a_kernel_not_of_split_k_form_is_noted_only_when_a_split_is_forced(tmp_p
     notes = [n for n in meta["notes"] if "split-K not applied" in n]
     assert notes == ([] if split == 0 else [notes[0]])
     assert split == 0 or "accumulate into 2 fragments" in notes[0]
+
+
+def test_a_wgmma_gemm_at_a_small_grid_is_split_automatically_and_stays_warp_specialised(tmp_path):
+    from tilelang_core.quickstart import matmul_relu
+
+    # 128 x 2048 outputs in 128 x 128 tiles: 16 blocks for 132 SMs; 64 K steps -> split 8 ways, 8 steps each
+    art = _build(matmul_relu, (128, 2048, 4096, 128, 128, 64, 4, 256, "float16", "float32"), {}, tmp_path,
+                 compile_cubin=False)
+    meta = _meta(art)
+    assert meta["cuda"]["grid"] == [16, 1, 8] and meta["cuda"]["block"] == [384, 1, 1], meta["cuda"]
+    src = (tmp_path / "kernel.cu").read_text()
+    assert "tl::wgmma_gemm_ss" in src and "tl::splitk_global_reduce" in src and "tl::setmaxnreg_inc" in src
+    assert not any("split-K" in n for n in meta["notes"])

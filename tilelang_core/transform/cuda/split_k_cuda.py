@@ -25,7 +25,8 @@ while the split grid stays within one block per SM and each share keeps at least
 steps: the workspace round trip must be small next to the loop); 1 turns splitting off; 2, 4, 8 force ``S``.
 A forced split that cannot apply, or a kernel the automatic choice would split but the conditions rule out,
 leaves a note (``tl.notes``) saying why. Kernels the W4A16 recogniser (``tl.FuseDequantGemmCUDA``) already split
-are left alone (``blockIdx.z`` used). wgmma accumulators are split only when forced (not yet measured on the GPU).
+are left alone (``blockIdx.z`` used). wgmma accumulators are split like mma.sync ones (measured on the H200: the
+quickstart at 128x8192x28672 0.92x cuBLAS whole, 1.13x split in two; BENCHMARKS.md).
 Decision and measurements: docs/cuda.md, "Dequantised GEMM by general mechanisms"."""
 
 from __future__ import annotations
@@ -115,8 +116,6 @@ class _SplitK:
         if str(acc.dtype) != "float32":
             return self.skip(f"the accumulator {acc.name} is {acc.dtype}; the reduction adds float32 partials", loop)
         lay = layouts[acc]
-        if lay.kind == "wgmma" and not self.forced:
-            return func  # not measured on the GPU yet: only when forced
         if any(o["clear"] for o in ops):
             return self.skip("a T.gemm in the K loop has clear_accum=True", loop, shape=True)
         why = _loop_problem(loop, acc, gemms, stmts[idx + 1:])
