@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def main() -> int:
+    # Ctrl-C as in a terminal, whatever this process inherited: a job started in the background by a shell without
+    # job control (a CI runner, `cmd &`) starts with SIGINT ignored, and Python then installs no handler of its own
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from autotune_sweep import SHAPES, SPACE, TIMING
 
     from tilelang_core.autotune import tune
