@@ -130,7 +130,8 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
     Option(K.TL_CUDA_LINEINFO, "bool", False, "CUDA: a source-line build: the CUDA C carries a `// tl.src FILE:LINE` "
            "comment where each of the user's statements begins, and the cubin and PTX carry line info (-lineinfo), "
            "so SASS and PTX map to the user's lines (the workbench's SASS view); the code is otherwise the same"),
-    Option(K.TL_CUDA_TMA_RELEASE, "bool", False, "CUDA sm_90, TMA loads into a loop whose body is one wgmma T.gemm: "
+    Option(K.TL_CUDA_TMA_RELEASE, "bool", False, "CUDA sm_90, TMA loads into a loop whose body is one wgmma T.gemm "
+           "and that is not warp-specialised (tl.disable_warp_specialized, or a loop that cannot be): "
            "True: the threads release each stage on an mbarrier once its wgmma has retired and the loading thread "
            "waits for that, instead of a __syncthreads in every k-step (measured 2-3% slower on the H200 for the "
            "quickstart GEMM, hence off by default: the loading thread's warp stalls on the release)"),

@@ -38,6 +38,12 @@ k+1. So at any time one stage is read by the group in flight, one by the group b
 loading. With ``s = 2`` nothing could be loaded ahead without a second barrier per step, so such loops (and
 loops that are not pipelined, bodies with other statements that could touch the accumulator while a group is in
 flight, ``clear_accum``) keep ``wait_group 0``; the reason is appended to ``tl.wgmma_notes``.
+
+**TMA and warp specialisation** (sm_90): when every producer is a whole 2-D tile into a wgmma-layout tile the loads
+become TMA boxes completing on mbarriers (``sm90/tma.py``); when, in addition, the body is the loads plus one wgmma
+``T.gemm`` and the loop is the kernel's only pipelined loop, a statement of its body, the loop becomes a producer
+part and a consumer part (``sm90/warp_specialize.py``; ``tl.WarpSpecializeCUDA`` gives the block its producer
+warpgroup later) and, with more output tiles than SMs, a persistent kernel. Why a loop is not specialised is noted.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from tvm import tirx
 
 from ....language._ir import Region, dtype_of
 from ...common.rewriter import const_int, seq, with_span
-from ..common import extern, substitute, sync_stmt
+from ..common import extern, loads_in, substitute, sync_stmt
 from .tma import TmaCopy
 
 ATTR_SPLIT = "tl.ws_split"  # value: the consumer threads; body: Seq[producer attr, consumer attr]
@@ -135,7 +135,7 @@ def shared_binds(stmts: list[Any]) -> list[Any]:
     for x in stmts:
         if not isinstance(x, tirx.Bind):
             continue
-        reads = _loads(x.value)
+        reads = loads_in(x.value)
         deps = [v for v in free_vars(x.value) if any(v.same_as(b) for b in local)]
         if not reads and all(any(v.same_as(b.var) for b in out) for v in deps):
             out.append(x)
@@ -180,17 +180,6 @@ def bound_in(body: Any) -> set[Any]:
 
     tvm_ffi.structural_map(body, [(tirx.Bind, bind), (tirx.For, loop)])
     return out
-
-
-def _loads(node: Any) -> list[Any]:
-    found: list[Any] = []
-
-    def ld(x: Any) -> Any:
-        found.append(x)
-        return x
-
-    tvm_ffi.structural_map(node, [(tvm.ir.TensorLoad, ld)])
-    return found
 
 
 def free_vars(node: Any) -> list[Any]:
