@@ -152,20 +152,30 @@ def chromium_page(width: int = 1400, height: int = 1000) -> Iterator[Any]:
             browser.close()
 
 
-NOTEBOOK_READY = """() => {
+NOTEBOOK_READY = """(path) => {
   const app = window.jupyterapp;
   const w = app && app.shell && app.shell.currentWidget;
   const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
-  return !!(k && k.status === 'idle' && w.content && w.content.widgets.length > 0);
+  return !!(w && w.context && w.context.path === path && k && k.status === 'idle' && w.content
+            && w.content.widgets.length > 0);
 }"""
 
-ALL_EXECUTED = """() => {
+ALL_EXECUTED = """(path) => {
   const w = window.jupyterapp.shell.currentWidget;
-  const k = w.sessionContext.session.kernel;
+  if (!w || !w.context || w.context.path !== path) return '';
+  const k = w.sessionContext.session && w.sessionContext.session.kernel;
   const cells = w.content.widgets.filter(c => c.model.type === 'code');
   const errors = cells.filter(c => c.model.outputs.toJSON().some(o => o.output_type === 'error'));
   if (errors.length) return 'error';
-  return cells.every(c => c.model.executionCount !== null) && k.status === 'idle' ? 'done' : '';
+  return k && cells.every(c => c.model.executionCount !== null) && k.status === 'idle' ? 'done' : '';
+}"""
+
+STATE = """() => {
+  const w = window.jupyterapp.shell.currentWidget;
+  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  return {path: w && w.context ? w.context.path : null, kernel: k ? k.status : null,
+          cells: w && w.content && w.content.widgets ? w.content.widgets.filter(c => c.model.type === 'code')
+            .map(c => c.model.executionCount) : null};
 }"""
 
 ERRORS = """() => {
@@ -177,15 +187,30 @@ ERRORS = """() => {
 
 
 def open_notebook(page: Any, lab: JupyterLab, name: str, timeout_s: float = 180) -> None:
-    """Open ``name`` (relative to the server's root) and wait until its kernel is idle."""
-    page.goto(f"{lab.url}/lab/tree/{name}?token={lab.token}")
-    page.wait_for_function(NOTEBOOK_READY, timeout=timeout_s * 1000)
+    """Open ``name`` (relative to the server's root) in a workspace of its own and wait until its kernel is idle.
+
+    A fresh, reset workspace per page: a server shared by several tests would otherwise restore the notebooks that
+    earlier pages had open, and one of those could be the current widget when "Run All Cells" is sent.
+    """
+    page.goto(f"{lab.url}/lab/workspaces/wb{secrets.token_hex(4)}/tree/{name}?reset&token={lab.token}")
+    page.wait_for_function(NOTEBOOK_READY, arg=name, timeout=timeout_s * 1000)
+    page.evaluate("(path) => { window.__wb_path = path; }", name)
 
 
-def run_all(page: Any, timeout_s: float = 600) -> None:
-    """Run every cell with JupyterLab's "Run All Cells" command; raise with the tracebacks if any cell failed."""
+def run_all(page: Any, timeout_s: float = 600, lab: JupyterLab | None = None) -> None:
+    """Run every cell with JupyterLab's "Run All Cells" command; raise with the tracebacks if any cell failed, and
+    with the notebook's state (which cells ran, the kernel's status) and the server's log if they did not finish."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    path = page.evaluate("() => window.__wb_path")
     page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-    handle = page.wait_for_function(ALL_EXECUTED, timeout=timeout_s * 1000, polling=500)
+    try:
+        handle = page.wait_for_function(ALL_EXECUTED, arg=path, timeout=timeout_s * 1000, polling=500)
+    except PlaywrightTimeout:
+        state = page.evaluate(STATE)
+        log = f"\nthe server's log:\n{lab.log()}" if lab is not None else ""
+        raise AssertionError(f"{path}: not every cell finished within {timeout_s:.0f} s; the current notebook: "
+                             f"{state}{log}") from None
     if handle.json_value() == "error":
         raise AssertionError("a cell failed in JupyterLab:\n" + "\n\n".join(page.evaluate(ERRORS))[-6000:])
 

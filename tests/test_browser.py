@@ -88,7 +88,7 @@ def tuning_page(jupyter_lab):
         with chromium_page() as page:
             try:
                 open_notebook(page, jupyter_lab, "tuning/02_tuning.ipynb")
-                run_all(page)
+                run_all(page, lab=jupyter_lab)
                 yield page
             finally:
                 page.screenshot(path=str(ARTIFACTS / "02_tuning_page.png"))

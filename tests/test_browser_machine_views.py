@@ -67,7 +67,7 @@ def test_clicking_the_gemm_line_in_the_sass_tab_highlights_its_hgmma(jupyter_lab
     with chromium_page() as page:
         try:
             open_notebook(page, jupyter_lab, "machine_views/sass.ipynb")
-            run_all(page)
+            run_all(page, lab=jupyter_lab)
             page.get_by_role("tab", name="SASS by line").first.click()
             select = page.locator(".wb-sass-lines select").first
             page.wait_for_function(f"() => [...document.querySelectorAll('.wb-sass-lines option')]"
