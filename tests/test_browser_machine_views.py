@@ -2,8 +2,9 @@
 
 A notebook compiles a CUDA GEMM with ``%%tilekernel --target cuda`` (no GPU needed to compile), the test clicks the
 summary's "SASS by line" tab, picks the ``T.gemm`` line in the list as a user would, and checks that the pane
-highlights that line's instructions and that they are HGMMA; then opens the Diff tab and reads a side-by-side
-table. A screenshot goes to ``.artifacts/browser/``. Needs ``apt-get install chromium`` and ``pip install -e
+highlights that line's instructions and that they are HGMMA, that the instruction-mix table and the tuning panel's
+resources table read fully (nothing clipped or scrolled at a 1400 px page with the file browser open); then opens
+the Diff tab and reads a side-by-side table. A screenshot goes to ``.artifacts/browser/``. Needs ``apt-get install chromium`` and ``pip install -e
 '.[browser]'``; skipped without them, except in CI (``CI`` set), where their absence is a failure.
 """
 
@@ -47,11 +48,21 @@ def gmm(M, N, K, block_M=64, block_N=64, block_K=32, dtype="float16", accum_dtyp
 GEMM_LINE = 13
 NORM = "(t => t.replace(/\\u00a0/g, ' ').trim())"  # ipywidgets writes option labels with no-break spaces
 HIGHLIGHTED = f"() => [...document.querySelectorAll('.wb-sass .wb-hl')].map(e => {NORM}(e.textContent))"
+# each instruction-mix and resources table: its width, whether it ends inside its output area, and every element
+# between them that is narrower than its content (a clipped or scrolled column)
+TABLES_FIT = """() => [...document.querySelectorAll('.wb-mix, .wb-resources')].map(t => {
+  const out = t.closest('.jp-OutputArea-output');
+  const cut = [];
+  for (let e = t.parentElement; e && e !== out; e = e.parentElement)
+    if (e.scrollWidth > e.clientWidth + 1) cut.push(`${e.className}: ${e.scrollWidth} > ${e.clientWidth}`);
+  return {table: t.className, width: t.getBoundingClientRect().width, right: t.getBoundingClientRect().right,
+          area: out.getBoundingClientRect().right, cut};
+})"""
 
 
 def _notebook(path: Path) -> None:
     cells = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": src}
-             for src in ("%load_ext workbench", CELL)]
+             for src in ("%load_ext workbench", CELL, "gmm.panel()")]  # the panel: its resources table
     path.write_text(json.dumps({"cells": cells, "metadata": {"kernelspec": {"name": "python3", "language": "python",
                                                                              "display_name": "Python 3"}},
                                 "nbformat": 4, "nbformat_minor": 5}))
@@ -80,6 +91,13 @@ def test_clicking_the_gemm_line_in_the_sass_tab_highlights_its_hgmma(jupyter_lab
             lines = page.evaluate(HIGHLIGHTED)
             assert any("HGMMA" in t for t in lines), lines[:5]
             assert "HGMMA" in page.locator(".wb-mix").first.inner_text()
+            # both tables read fully at a 1400 px page with the file browser open: nothing clipped or scrolled
+            page.wait_for_function("() => document.querySelectorAll('.wb-resources .wb-res-row').length > 0",
+                                   timeout=60_000)
+            tables = page.evaluate(TABLES_FIT)
+            assert sorted(t["table"] for t in tables) == ["wb-mix", "wb-resources"], tables
+            for t in tables:
+                assert t["width"] > 300 and t["right"] <= t["area"] + 1 and not t["cut"], t
             page.locator(".wb-sass .wb-hl").first.scroll_into_view_if_needed()
             page.locator(".wb-sass").first.screenshot(path=str(ARTIFACTS / "sass_by_line.png"))
             page.get_by_role("tab", name="Diff").first.click()

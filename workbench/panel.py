@@ -171,10 +171,13 @@ class TuningPanel:
         head = W.HTML(f'<div style="font-family:monospace;font-size:12px;"><b>{html.escape(wk.name)}</b> tuning '
                       f"panel &middot; {html.escape(shapes)} &middot; {html.escape(str(target))} &middot; "
                       f"reference: {ref}</div>")
+        # the resources table has a row of its own across the panel: in the fixed 460 px column next to the
+        # roofline its ten columns were clipped; the best-so-far column takes what the roofline leaves
         figs = W.VBox([W.HBox([self.plots.throughput, self.plots.error]),
                        W.HBox([self.plots.roofline,
-                               W.VBox([self.best, self.use_best, self.resources],
-                                      layout=W.Layout(width="460px"))])])
+                               W.VBox([self.best, self.use_best], layout=W.Layout(flex="1 1 260px",
+                                                                                 min_width="260px"))]),
+                       self.resources])
         sweep = W.VBox([W.HBox([self.sweep_spec, self.sweep_executor, self.sweep_button, self.stop_button,
                                 self.progress, self.sweep_status],
                                layout=W.Layout(flex_flow="row wrap", align_items="center")), self.worker_bars])

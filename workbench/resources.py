@@ -83,9 +83,14 @@ def table_html(measurements: list[Any], names: list[str], best: Any = None, curr
         body.append(f"<tr class='wb-res-row' style='{weight}{color}'><td style='padding:1px 6px;'>"
                     f"{html.escape(short_label(m.config, names))}{mark}</td>"
                     f"<td style='padding:1px 6px;text-align:right;'>{lat}</td>{cells}</tr>")
-    return ("<table class='wb-resources' style='font-family:monospace;font-size:11px;border-collapse:collapse;'>"
-            f"<tr><th style='padding:1px 6px;text-align:left;'>{html.escape('/'.join(names))}</th>"
-            f"<th style='padding:1px 6px;text-align:right;'>ms</th>{head}</tr>" + "".join(body) + "</table>")
+    # its own scroll box (never clipped on a narrow page), the tunables' header breakable at each '/', and the
+    # table's own line height (a widget's HTML inherits a widget row's 28 px)
+    names_head = "/<wbr>".join(html.escape(n) for n in names)
+    return ("<div class='wb-resources-box' style='max-width:100%;overflow-x:auto;'>"
+            "<table class='wb-resources' style='font-family:monospace;font-size:11px;line-height:1.35;"
+            "border-collapse:collapse;'>"
+            f"<tr><th style='padding:1px 6px;text-align:left;'>{names_head}</th>"
+            f"<th style='padding:1px 6px;text-align:right;'>ms</th>{head}</tr>" + "".join(body) + "</table></div>")
 
 
 def color_points(trace: Any, measurements: list[Any], by: str = "registers") -> bool:

@@ -119,9 +119,13 @@ def mix_html(lines: list[SourceLine], selected: SourceLine | None = None) -> str
         body.append(f"<tr style='{style}'><td style='padding:1px 5px;'>{s.number}</td>"
                     f"<td style='padding:1px 5px;'>{html.escape(s.op)}</td>"
                     f"<td style='padding:1px 5px;text-align:right;'>{s.mix.get('total', 0)}</td>{cells}</tr>")
-    return ("<table class='wb-mix' style='font-family:monospace;font-size:11px;border-collapse:collapse;'>"
+    # its own scroll box (never clipped on a narrow page) and the table's own line height: a widget's HTML inherits
+    # the 28 px line height of a widget row, which made each table row as tall as a button
+    return ("<div class='wb-mix-box' style='max-width:100%;overflow-x:auto;'>"
+            "<table class='wb-mix' style='font-family:monospace;font-size:11px;line-height:1.35;"
+            "border-collapse:collapse;white-space:nowrap;'>"
             "<tr><th style='padding:1px 5px;'>line</th><th style='padding:1px 5px;'>op</th>"
-            f"<th style='padding:1px 5px;text-align:right;'>instr</th>{head}</tr>" + "".join(body) + "</table>")
+            f"<th style='padding:1px 5px;text-align:right;'>instr</th>{head}</tr>" + "".join(body) + "</table></div>")
 
 
 class MachineCodeView(Panel):
@@ -141,9 +145,11 @@ class MachineCodeView(Panel):
         self.lines.add_class("wb-sass-lines")
         self.mix = W.HTML()
         self.pane = W.HTML()
-        self.widget = W.VBox([self.kind, self.note, W.HBox([W.VBox([self.lines, self.mix],
-                                                                  layout=W.Layout(width="48%")),
-                                                           W.VBox([self.pane], layout=W.Layout(width="52%"))])])
+        # the mix table spans the view's width above the list and the pane: in the list's half-width column its
+        # twelve columns were cut off after FFMA at JupyterLab's default width (spills and barriers not shown)
+        self.widget = W.VBox([self.kind, self.note, self.mix,
+                              W.HBox([W.VBox([self.lines], layout=W.Layout(width="44%")),
+                                      W.VBox([self.pane], layout=W.Layout(width="56%"))])])
         self.kind.observe(lambda _c: self._load_kind(), names="value")
         self.lines.observe(lambda _c: self.refresh(), names="value")
 
