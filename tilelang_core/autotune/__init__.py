@@ -22,7 +22,9 @@ imports neither TVM nor torch. Modules: :mod:`.space` (tunable arguments, grids)
 decorator), :mod:`.db` (the SQLite tuning database), :mod:`.progress` (the tqdm bar); spreading a sweep:
 :mod:`.executors` (the interface), :mod:`.local_executor`, :mod:`.ray_executor`, :mod:`.scheduler` (the driver
 loop: retries, early stopping, finalists), :mod:`.tasks` (what workers do), :mod:`.shipping` (compiled kernels as
-bytes), :mod:`.device_info` (GPU name, driver, clocks). Ray is imported only when a Ray executor is used.
+bytes), :mod:`.device_info` (GPU name, driver, clocks); :mod:`.spaces` (the sm_90a / sm_80 GEMM tuning spaces),
+:mod:`.defaults` (the shipped best configurations per problem and device, ``data/defaults.json``). Ray is imported
+only when a Ray executor is used.
 """
 
 from __future__ import annotations
@@ -32,12 +34,14 @@ import types
 from typing import Any
 
 from .db import TuningDB, best, default_path
+from .defaults import Default, ShippedDefaultsError, compile_default, default_config
 from .executors import Executor
 from .local_executor import LocalExecutor
 from .measure import MeasurementCancelledError, measure
 from .ray_executor import RayExecutor
 from .record import Measurement, kernel_identity
 from .space import default_space, grid, parse_space
+from .spaces import gemm_space
 from .tasks import EarlyStop
 from .tuner import AutoTuner, TuneResult, autotune, tune
 
@@ -55,4 +59,5 @@ sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = ["autotune", "tune", "best", "grid", "parse_space", "default_space", "TuningDB", "TuneResult",
            "AutoTuner", "Measurement", "measure", "kernel_identity", "default_path", "MeasurementCancelledError",
-           "Executor", "LocalExecutor", "RayExecutor", "EarlyStop"]
+           "Executor", "LocalExecutor", "RayExecutor", "EarlyStop", "gemm_space", "default_config",
+           "compile_default", "Default", "ShippedDefaultsError"]

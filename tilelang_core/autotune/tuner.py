@@ -23,7 +23,7 @@ from typing import Any
 from ..target import resolve_target
 from . import executors
 from . import workers as workers_mod
-from .db import TuningDB, best
+from .db import TuningDB
 from .device_info import device_facts
 from .measure import MeasurementCancelledError, measure
 from .progress import progress_bar
@@ -407,13 +407,15 @@ class AutoTuner:
 
     Tuning happens once per distinct set of call arguments (kept in :attr:`results`); passing any tuned argument
     explicitly skips tuning and compiles that call as given. ``from_db=True`` reuses the tuning database's best
-    configuration for these arguments, when there is one, instead of sweeping again.
+    configuration for these arguments, when there is one, else the shipped defaults' (``defaults``: True the
+    package's file, a path, False none; :mod:`.defaults`), instead of sweeping again.
     """
 
-    def __init__(self, factory: Any, configs: Any, *, from_db: bool = False, **options: Any):
+    def __init__(self, factory: Any, configs: Any, *, from_db: bool = False, defaults: Any = True, **options: Any):
         self.factory = factory
         self.configs = configs
         self.from_db = from_db
+        self.defaults = defaults
         self.options = options
         self.results: dict[str, TuneResult] = {}
         self._kernels: dict[str, Any] = {}
@@ -454,9 +456,13 @@ class AutoTuner:
         if key in self._kernels:
             return self._kernels[key]
         if self.from_db:
-            known = best(self.factory, shapes=given, target=resolve_target(jf.target), db=self.options.get("db"))
+            from .defaults import default_config
+
+            known = default_config(self.factory, given, jf.target, db=self.options.get("db", True),
+                                   shipped=self.defaults)
             if known is not None:
-                kernel = jf(**{**given, **{k: known.config[k] for k in tuned if k in known.config}})
+                kernel = workers_mod.compile_config(jf, {**known.config, **given})
+                kernel.tuning_default = known
                 self._kernels[key] = kernel
                 return kernel
         kernel = self.tune(*args, **kwargs).best_kernel

@@ -31,6 +31,9 @@ _POOL: ProcessPoolExecutor | None = None
 _POOL_SIZE = 0
 _POOL_LOCK = threading.Lock()
 MAX_REASON_LINES = 6
+PASS_CONFIGS = "pass_configs"  # a configuration's own compiler options (see compile_config)
+_DERIVED: dict[tuple[int, str], tuple[Any, Any]] = {}  # (id(factory), options) -> (factory, derived factory)
+_DERIVED_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -131,9 +134,58 @@ def jitted(factory: Any, out_idx: Any = None, target: Any = None) -> Any:
     return jit(out_idx=-1 if out_idx is None else out_idx, target="auto" if target is None else target)(factory)
 
 
+def _takes(jf: Any, name: str) -> bool:
+    import inspect
+
+    try:
+        return name in inspect.signature(getattr(jf, "factory", jf)).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def with_pass_configs(jf: Any, extra: Any) -> Any:
+    """``jf`` compiling with the options ``extra`` over its own ``pass_configs`` (one derived factory per distinct
+    set, kept, so its in-memory kernels are reused). An unknown key or a bad value is the ``ValueError`` of
+    :func:`tilelang_core.pass_config.resolve`, naming it."""
+    import dataclasses
+    import json
+
+    from ..jit import JITFactory, jit
+    from ..pass_config import resolve
+    from .record import jsonable
+
+    if not isinstance(extra, dict):
+        raise TypeError(f"a configuration's {PASS_CONFIGS!r} must be a dict of option -> value, got {extra!r}")
+    key = (id(jf), json.dumps(jsonable(extra), sort_keys=True))
+    with _DERIVED_LOCK:
+        hit = _DERIVED.get(key)
+        if hit is not None and hit[0] is jf:
+            return hit[1]
+    given = getattr(getattr(jf.options, "pass_configs", None), "explicit", dict)()
+    merged = resolve({**given, **extra})
+    if getattr(jf, "eager", False):
+        derived = jit(target=jf.target, pass_configs=merged.explicit() or None)(jf.factory)
+    elif isinstance(jf, JITFactory):
+        derived = JITFactory(jf.factory, jf.out_idx, jf.target, dataclasses.replace(jf.options, pass_configs=merged))
+    else:
+        raise TypeError(f"{PASS_CONFIGS!r} in a configuration needs a @jit factory, got {type(jf).__name__}")
+    with _DERIVED_LOCK:
+        _DERIVED[key] = (jf, derived)
+    return derived
+
+
 def compile_config(jf: Any, kwargs: dict[str, Any]) -> Any:
     """The kernel of one configuration: ``jf(**kwargs)`` for a factory, ``jf.compile(**kwargs)`` for an eager
-    ``@jit`` function (calling one runs the kernel; ``kwargs`` then hold its ``T.const`` sizes, e.g. ``N=1024``)."""
+    ``@jit`` function (calling one runs the kernel; ``kwargs`` then hold its ``T.const`` sizes, e.g. ``N=1024``).
+
+    ``kwargs[PASS_CONFIGS]`` (a dict; unless the factory has a parameter of that name) is not an argument: the
+    configuration is compiled with those options over the factory's own (``tl.cuda.persistent``,
+    ``tl.disable_warp_specialized``, ...: :mod:`.spaces` sweeps them)."""
+    if PASS_CONFIGS in kwargs and not _takes(jf, PASS_CONFIGS):
+        kwargs = dict(kwargs)
+        extra = kwargs.pop(PASS_CONFIGS)
+        if extra:
+            jf = with_pass_configs(jf, extra)
     return jf.compile(**kwargs) if getattr(jf, "eager", False) else jf(**kwargs)
 
 

@@ -1,0 +1,161 @@
+"""Shipped tuning defaults (``tilelang_core/autotune/defaults.py``): which row answers a problem (exact sizes, else
+the nearest of its shape class), the user's tuning database winning over the shipped file, targets and devices
+that must get nothing, malformed files, and the decorator compiling with a shipped default (a real CPU build).
+Rows are written by the tests themselves into temporary files with :func:`write_defaults`, as the GPU sweep does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import tilelang_core
+from tilelang_core.autotune import Measurement, ShippedDefaultsError, TuningDB, compile_default, default_config
+from tilelang_core.autotune.defaults import DATA_FILE, load_defaults, shape_class, write_defaults
+from tilelang_core.autotune.record import kernel_identity
+from tilelang_core.autotune.space import factory_args
+from tilelang_core.machine import device_name
+from tilelang_core.quickstart import matmul_relu, reference
+
+H200 = "NVIDIA H200"
+SQUARE = {"block_M": 128, "block_N": 256, "block_K": 64, "num_stages": 4, "threads": 256}
+BIG = {**SQUARE, "pass_configs": {"tl.cuda.persistent": -1}}
+SKINNY = {**SQUARE, "block_N": 128, "pass_configs": {"tl.cuda.split_k": 2}}
+DECODE = {"block_M": 64, "block_N": 128, "block_K": 128, "num_stages": 4, "threads": 128}
+
+
+def problem(M: int, N: int, K: int, dtype: str = "float16") -> dict:
+    return {"M": M, "N": N, "K": K, "dtype": dtype, "accum_dtype": "float32"}
+
+
+def row(prob: dict, tuned: dict, *, device: str = H200, target: str = "cuda", arch: str = "sm_90a",
+        source_hash: str | None = None, ms: float = 1.0) -> tuple[Measurement, str, dict]:
+    m = Measurement(kernel="matmul_relu", module="tilelang_core.quickstart",
+                    source_hash=source_hash or kernel_identity(matmul_relu)[2],
+                    config=factory_args(matmul_relu, {**prob, **tuned}), target=target, device=device,
+                    shapes=[[prob["M"], prob["K"]], [prob["K"], prob["N"]], [prob["M"], prob["N"]]],
+                    dtypes=[prob["dtype"]] * 3, latency_ms=ms, ref_ms=ms * 1.01, passed=True,
+                    resources={"registers": 168, "spill_stores": 0})
+    return m, arch, prob
+
+
+@pytest.fixture
+def shipped(tmp_path: Path) -> Path:
+    return write_defaults(tmp_path / "defaults.json", [
+        row(problem(4096, 4096, 4096), SQUARE), row(problem(8192, 8192, 8192), BIG),
+        row(problem(128, 8192, 28672), SKINNY), row(problem(16, 8192, 8192), DECODE),
+    ], generated={"commit": "test"})
+
+
+def lookup(prob: dict, shipped: Path, **kw):
+    kw.setdefault("target", "cuda")
+    kw.setdefault("device", H200)
+    kw.setdefault("db", False)
+    return default_config(matmul_relu, prob, kw.pop("target"), shipped=shipped, **kw)
+
+
+def test_the_exact_problem_gets_its_own_row(shipped):
+    d = lookup(problem(8192, 8192, 8192), shipped)
+    assert (d.source, d.match) == ("shipped", "exact")
+    assert d.config == BIG  # the tuned arguments and pass_configs only, not the problem
+    assert d.measurement.resources["registers"] == 168
+
+
+@pytest.mark.parametrize("prob, expect, cls", [
+    (problem(8, 4096, 4096), DECODE, "decode"),
+    (problem(200, 4096, 14336), SKINNY, "skinny"),
+    (problem(6000, 6000, 6000), BIG, "square"),  # nearer 8192^3 than 4096^3 in log2 distance
+    (problem(3000, 4096, 2048), SQUARE, "square"),
+])
+def test_other_sizes_get_the_nearest_row_of_their_shape_class(shipped, prob, expect, cls):
+    assert shape_class(prob) == cls
+    d = lookup(prob, shipped)
+    assert (d.source, d.match, d.config) == ("shipped", "bucket", expect)
+
+
+def test_another_dtype_device_arch_or_program_version_gets_nothing(shipped, tmp_path):
+    assert lookup(problem(4096, 4096, 4096, "bfloat16"), shipped) is None
+    assert lookup(problem(4096, 4096, 4096), shipped, device="NVIDIA A100-SXM4-80GB") is None
+    assert lookup(problem(4096, 4096, 4096), shipped, target="cuda -arch=sm_80") is None
+    edited = write_defaults(tmp_path / "old.json", [row(problem(4096, 4096, 4096), SQUARE, source_hash="0" * 16)])
+    assert lookup(problem(4096, 4096, 4096), edited) is None
+
+
+def test_a_cpu_target_never_gets_gpu_defaults(shipped):
+    for device in (H200, device_name("cpu")):
+        assert lookup(problem(4096, 4096, 4096), shipped, target="cpu", device=device) is None
+
+
+def test_the_users_database_wins_over_the_shipped_row(shipped, tmp_path):
+    db = TuningDB(tmp_path / "mine.sqlite3")
+    mine = {**SQUARE, "block_N": 128, "num_stages": 5}
+    m, _, _ = row(problem(4096, 4096, 4096), mine, ms=0.9)
+    db.record(m)
+    d = lookup(problem(4096, 4096, 4096), shipped, db=db)
+    assert (d.source, d.config) == ("db", mine)
+    assert lookup(problem(8192, 8192, 8192), shipped, db=db).source == "shipped"  # nothing of mine there
+    assert lookup(problem(4096, 4096, 4096), shipped, db=False).config == SQUARE
+
+
+def _rewrite(path: Path, change) -> Path:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("change, named", [
+    (lambda d: d.update(format="something else"), "header"),
+    (lambda d: d.update(version=2), "version"),
+    (lambda d: d["rows"][0].pop("config"), "row 0: the field 'config' is missing"),
+    (lambda d: d["rows"][1].update(latency_ms="fast"), "row 1, field 'latency_ms'"),
+    (lambda d: d["rows"][2].update(status="check_failed"), "row 2: a default must be a measurement that passed"),
+    (lambda d: d["rows"][0].update(colour="red"), "unknown field"),
+    (lambda d: d["rows"][0]["problem"].update(M=1), "row 0, field 'problem'"),
+    (lambda d: d["rows"][3].update(target="tpu"), "field 'target'"),
+])
+def test_a_malformed_file_is_an_error_naming_the_file_row_and_field(shipped, change, named):
+    bad = _rewrite(shipped, change)
+    with pytest.raises(ShippedDefaultsError, match=named) as e:
+        lookup(problem(4096, 4096, 4096), bad)
+    assert str(bad) in str(e.value)
+
+
+def test_a_file_that_is_not_json_is_named(tmp_path):
+    bad = tmp_path / "defaults.json"
+    bad.write_text('{"rows": [')
+    with pytest.raises(ShippedDefaultsError, match="not JSON"):
+        load_defaults(bad)
+
+
+def test_the_packaged_file_reads_and_ships_with_the_package():
+    rows = load_defaults()
+    assert all(r.measurement.status == "ok" and r.measurement.target == "cuda" for r in rows)
+    assert DATA_FILE.is_file() and DATA_FILE.parent.name == "data"
+    project = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    package_data = project.split("[tool.setuptools.package-data]", 1)[1].split("[", 2)[1]
+    assert '"autotune/data/*.json"' in package_data  # the wheel carries the file
+
+
+def test_the_decorator_from_db_compiles_with_a_shipped_default(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILELANG_CORE_CACHE_DIR", str(tmp_path))
+    tuned = {"block_M": 32, "block_N": 16, "block_K": 16, "num_stages": 1, "threads": 64}
+    prob = problem(96, 48, 64, "float32")
+    path = write_defaults(tmp_path / "cpu.json", [row(prob, tuned, device=device_name("cpu"), target="cpu",
+                                                      arch="")])
+    f = tilelang_core.autotune(configs={"block_M": [16, 64]}, ref=reference, from_db=True, progress=False,
+                               db=tmp_path / "empty.sqlite3", defaults=path, target="cpu")(matmul_relu)
+    kernel = f(M=96, N=48, K=64, dtype="float32")
+    assert f.result is None  # no sweep ran
+    assert kernel.tuning_default.source == "shipped"
+    assert {k: kernel.config[k] for k in tuned} == tuned
+    a, b = torch.randn(96, 64), torch.randn(64, 48)
+    torch.testing.assert_close(kernel(a, b), reference(a, b), rtol=1e-4, atol=1e-4)
+
+
+def test_compile_default_without_a_default_names_the_missing_arguments(tmp_path):
+    empty = write_defaults(tmp_path / "none.json", [])
+    with pytest.raises(TypeError, match="block_M, block_N, block_K"):
+        compile_default(matmul_relu, dict(M=64, N=64, K=64), target="cpu", db=False, shipped=empty)

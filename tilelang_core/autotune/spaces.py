@@ -1,0 +1,297 @@
+"""Tuning spaces for GEMM-like programs on NVIDIA GPUs: which tile, stage, thread and lowering choices are worth
+timing on sm_90a (H100/H200: wgmma, TMA, warp specialisation, persistent blocks, split-K) and on sm_80 (mma.sync).
+
+Why this module exists: :func:`~.space.default_space` knows only names (``block_M`` is a tile size); on a Hopper GPU
+most of its grid cannot compile or cannot win — a tile wgmma cannot take, a ring of stages larger than the 227 KiB a
+block may have, an accumulator larger than a thread's registers — and the choices that matter most (how many
+warpgroups, with or without a producer warpgroup, persistent or not, split-K for small grids) are not factory
+arguments at all but ``pass_configs``. :func:`gemm_space` enumerates them for a problem ``M x N x K`` and keeps
+only the configurations that fit, by the compiler's own rules where it has them:
+
+* the wgmma plan — tile made of ``m64nNk16`` steps, a swizzled shared layout for A and B, a warpgroup grid that
+  divides the tile — is :func:`tilelang_core.transform.cuda.layouts.plan_wgmma` (sm_80: ``plan_gemm``, mma.sync);
+* the shared memory a block may use is the architecture's limit in
+  :mod:`tilelang_core.backend.cuda.resources` (227 KiB per block on sm_90, 163 KiB on sm_80); the pipeline keeps
+  ``num_stages`` copies of the A and B tiles (``tl.PipelineCUDA``), plus a little for its barriers;
+* the registers a consumer thread may hold come from the warp-specialisation pass's own split
+  (:func:`tilelang_core.transform.cuda.warp_specialize_cuda.register_split`: ``setmaxnreg`` 232 per consumer
+  thread with two consumer warpgroups), else the launch's equal share of the 64 K register file; the fp32
+  accumulator (``block_M * block_N / threads`` registers per thread) plus :data:`REGISTER_MARGIN` must fit;
+* a persistent grid only changes a warp-specialised kernel with more output tiles than SMs; split-K only a grid of
+  at most half the SMs (``tl.SplitKCUDA``'s rule and SM count), and only a split whose shares keep at least
+  ``num_stages`` K steps each.
+
+A configuration is a dict of the factory's arguments (``block_M``, ``block_N``, ``block_K``, ``num_stages``,
+``threads``; renamed with ``names=``) plus, where it differs from the defaults, ``pass_configs``: the options the
+tuner compiles that configuration with (``tl.disable_warp_specialized``, ``tl.cuda.persistent``,
+``tl.cuda.split_k``; see :func:`~.workers.compile_config`). ``threads`` is the program's thread count: the
+consumer warpgroups (1-3); a warp-specialised kernel launches one producer warpgroup more.
+
+Cluster size is not part of the space: the GEMM lowering has no thread-block cluster launch (no TMA multicast
+across a cluster). The only cluster this compiler emits is the W4A16 dequantising GEMM's split-K reduction through
+distributed shared memory (``tl.cuda.split_k_reduce="cluster"``, measured slower on the H200), which is not this
+program's path.
+
+``level="quick"`` keeps the part of the space worth a short sweep (``bench/gpu/h200_defaults_sweep.py``): K tiles of
+one 128-byte swizzle row (64 fp16/bf16 elements; 128 too for decode-sized M); power-of-two tiles no larger than the
+problem (192 for three warpgroups where it pads by at most 4 %; at M > 256 no tile under 128x128); the two deepest
+rings of at least 3 stages that fit (wgmma keeps a group in flight from 3); the warp-specialised form, plus the
+producer-less form at the deepest ring; persistent on and off only for the widest tiles; one consumer warpgroup at
+decode sizes (M <= 16: a 64-row tile is mostly padding); split-K 0/1/2/4. ``level="full"`` is everything that fits.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .workers import PASS_CONFIGS  # the key a configuration carries its own pass_configs under
+
+REGISTER_MARGIN = 40  # registers a consumer thread needs besides its accumulators (addresses, counters, epilogue)
+SMEM_SLACK = 2048  # bytes of a block's shared memory beyond the stage ring: mbarriers, static scratch, alignment
+LEVELS = ("full", "quick")
+TENSOR_CORE_DTYPES = ("float16", "bfloat16")
+
+SM90_BLOCK_MN = (64, 128, 192, 256)
+SM90_BLOCK_K = (32, 64, 128)
+SM90_STAGES = (2, 3, 4, 5, 6)
+SM90_THREADS = (128, 256, 384)  # 1, 2, 3 consumer warpgroups
+SPLITS = (0, 1, 2, 4, 8)  # tl.cuda.split_k: 0 the compiler's choice, 1 off, else forced
+QUICK_SPLITS = (0, 1, 2, 4)
+QUICK_PADDING = 0.04  # quick: a 192-wide tile only where it pads the dimension by at most 4 %
+QUICK_MIN_TILE = 128 * 128  # quick, M > 256 (compute-bound): no tile smaller than this many outputs
+
+SM80_BLOCK_MN = (32, 64, 128, 256)
+SM80_BLOCK_K = (32, 64)
+SM80_STAGES = (2, 3, 4)
+SM80_THREADS = (128, 256)
+
+KEY_WS_OFF = "tl.disable_warp_specialized"
+KEY_PERSISTENT = "tl.cuda.persistent"
+KEY_SPLIT_K = "tl.cuda.split_k"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One point of the space and why it was dropped (``reason`` empty: kept)."""
+
+    config: dict[str, Any]
+    reason: str = ""
+
+    @property
+    def kept(self) -> bool:
+        return not self.reason
+
+
+def _check_dim(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"gemm_space: {name} must be a positive int (the problem's size), got {value!r}")
+    return value
+
+
+def _arch(target: Any) -> str:
+    """The CUDA architecture of ``target`` (``"cuda"``, ``"cuda -arch=sm_80"``, a dict, or ``"sm_90a"``)."""
+    from ..machine import target_kind
+    from ..target import cuda_target
+
+    if isinstance(target, str) and target.strip().startswith("sm_"):
+        target = {"kind": "cuda", "arch": target.strip()}
+    if target_kind(target) != "cuda":
+        raise ValueError(f"gemm_space: target must be a CUDA target ('cuda', 'cuda -arch=sm_80', 'sm_90a'), got "
+                         f"{target!r}: the CPU has no tensor-core space (use default_space(factory, args))")
+    return cuda_target(target)["arch"]
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def sms_of(arch: str) -> int | None:
+    """SMs of the architecture's reference part (132 on an H100/H200 SXM), as ``tl.SplitKCUDA`` counts them."""
+    from ..transform.cuda.split_k_cuda import NUM_SMS
+
+    return NUM_SMS.get(arch)
+
+
+def smem_bytes(block_M: int, block_N: int, block_K: int, num_stages: int, dtype: str) -> int:
+    """Shared memory of the pipeline's ring: ``num_stages`` A tiles and B tiles, plus :data:`SMEM_SLACK`."""
+    from ..transform.cuda.layouts import dtype_bytes
+
+    return num_stages * (block_M * block_K + block_K * block_N) * dtype_bytes(dtype) + SMEM_SLACK
+
+
+def register_budget(threads: int, warp_specialized: bool) -> int:
+    """Registers one consumer thread may hold: after ``setmaxnreg`` where the warp-specialisation pass moves them
+    (two or more consumer warpgroups), else the launch's equal share (producer warpgroup included), at most 255."""
+    from ..transform.cuda.sm90.warp_specialize import PRODUCER_THREADS
+    from ..transform.cuda.warp_specialize_cuda import REGISTER_FILE, register_split
+
+    if warp_specialized:
+        split = register_split(threads)
+        if split is not None:
+            return split[1]
+        total = threads + PRODUCER_THREADS
+    else:
+        total = threads
+    return min(255, REGISTER_FILE // total) // 8 * 8
+
+
+def _tile_values(axis: tuple[int, ...], dim: int, quick: bool, floor: int) -> list[int]:
+    """Tile sizes along a dimension of ``dim``: none more than one power of two past it (a 64-row tile for M = 16),
+    and in quick mode only powers of two or sizes that pad ``dim`` by at most :data:`QUICK_PADDING`."""
+    cap = max(floor, _pow2_at_least(dim))
+    out = [v for v in axis if v <= cap]
+    if quick:  # a tile that is not a power of two only where the padding it adds is small
+        out = [v for v in out if v & (v - 1) == 0 or _ceil_div(dim, v) * v <= dim * (1 + QUICK_PADDING)]
+    return out
+
+
+def _sm90_candidates(M: int, N: int, K: int, dtype: str, accum_dtype: str, arch: str,
+                     quick: bool) -> Iterator[Candidate]:
+    from ..backend.cuda.resources import limits_for
+    from ..transform.cuda.layouts import dtype_bytes, plan_wgmma
+
+    limit = limits_for(arch.rstrip("a")).smem_per_block
+    sms = sms_of(arch) or 132
+    swizzle_k = 128 // dtype_bytes(dtype)  # one 128-byte swizzle row of the K tile
+    decode = M <= 16
+    block_k = [k for k in SM90_BLOCK_K if k <= max(16, K)]
+    if quick:
+        block_k = [k for k in block_k if k == swizzle_k or (decode and k == 2 * swizzle_k)] or block_k[-1:]
+    for bm, bn, bk in itertools.product(_tile_values(SM90_BLOCK_MN, M, quick, 64),
+                                        _tile_values(SM90_BLOCK_MN, N, quick, 64), block_k):
+        tiles = _ceil_div(M, bm) * _ceil_div(N, bn)
+        k_steps = _ceil_div(K, bk)
+        fits = [s for s in SM90_STAGES if smem_bytes(bm, bn, bk, s, dtype) <= limit]
+        stages = [s for s in fits if s >= 3][-2:] if quick else list(SM90_STAGES)
+        threads_axis = SM90_THREADS[:1] if quick and decode else SM90_THREADS
+        for threads, ws, st in itertools.product(threads_axis, (True, False), stages):
+            base = {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st, "threads": threads}
+            cand = dict(base)
+            if not ws:
+                cand[PASS_CONFIGS] = {KEY_WS_OFF: True}
+            plan, why = plan_wgmma(bm, bn, bk, dtype, dtype, accum_dtype, threads, 0, (bm, bk), (bk, bn),
+                                   False, False)
+            if plan is None:
+                yield Candidate(cand, f"wgmma: {why}")
+                continue
+            need = smem_bytes(bm, bn, bk, st, dtype)
+            if need > limit:
+                yield Candidate(cand, f"shared memory: {need} bytes > {limit} per block")
+                continue
+            acc = bm * bn // threads
+            budget = register_budget(threads, ws)
+            if acc + REGISTER_MARGIN > budget:
+                yield Candidate(cand, f"registers: {acc} accumulators + {REGISTER_MARGIN} > {budget} per thread")
+                continue
+            if quick and not ws and st != stages[-1]:
+                yield Candidate(cand, "quick: the producer-less form only at the deepest ring")
+                continue
+            if quick and acc < 32:
+                yield Candidate(cand, f"quick: {acc} accumulators per thread leave the tensor cores idle")
+                continue
+            if quick and M > 256 and bm * bn < QUICK_MIN_TILE:
+                yield Candidate(cand, f"quick: a {bm}x{bn} tile reloads A and B too often for M = {M}")
+                continue
+            if quick and 192 in (bm, bn) and threads != 384:
+                yield Candidate(cand, "quick: 192-wide tiles only for three consumer warpgroups")
+                continue
+            variants: list[dict[str, Any]] = [{}]
+            if ws and tiles > sms:  # persistent blocks: the compiler's default (0) and one block per tile (-1)
+                if not quick or bm * bn >= 128 * 256:
+                    variants.append({KEY_PERSISTENT: -1})
+            if ws and tiles * 2 <= sms:  # split-K: tl.SplitKCUDA's small-grid rule
+                variants = [{KEY_SPLIT_K: s} for s in (QUICK_SPLITS if quick else SPLITS)
+                            if s <= 1 or (k_steps % s == 0 and k_steps // s >= max(st, 2))]
+            for extra in variants:
+                pcs = {**cand.get(PASS_CONFIGS, {}), **extra}
+                yield Candidate({**base, PASS_CONFIGS: pcs} if pcs else dict(base))
+
+
+def _sm80_candidates(M: int, N: int, K: int, dtype: str, accum_dtype: str, arch: str,
+                     quick: bool) -> Iterator[Candidate]:
+    from ..backend.cuda.resources import limits_for
+    from ..transform.cuda.layouts import plan_gemm
+
+    limit = limits_for(arch.rstrip("a")).smem_per_block
+    block_k = [k for k in SM80_BLOCK_K if k <= max(16, K)]
+    for bm, bn, bk, st, threads in itertools.product(_tile_values(SM80_BLOCK_MN, M, quick, 16),
+                                                     _tile_values(SM80_BLOCK_MN, N, quick, 16), block_k,
+                                                     SM80_STAGES, SM80_THREADS):
+        cand = {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st, "threads": threads}
+        plan = plan_gemm(bm, bn, bk, dtype, dtype, accum_dtype, threads, 0, True, True)
+        if plan.kind != "mma":
+            yield Candidate(cand, "mma.sync: the tile does not divide into the warps' 16x8 steps")
+            continue
+        need = smem_bytes(bm, bn, bk, st, dtype)
+        if need > limit:
+            yield Candidate(cand, f"shared memory: {need} bytes > {limit} per block")
+            continue
+        acc = bm * bn // threads
+        budget = min(255, 65536 // threads) // 8 * 8
+        if acc + REGISTER_MARGIN > budget:
+            yield Candidate(cand, f"registers: {acc} accumulators + {REGISTER_MARGIN} > {budget} per thread")
+            continue
+        yield Candidate(cand)
+
+
+def gemm_candidates(target: Any = "cuda", *, M: int, N: int, K: int, dtype: str = "float16",
+                    accum_dtype: str = "float32", level: str = "full") -> list[Candidate]:
+    """Every point considered for :func:`gemm_space`, kept or not, with the reason a dropped one was dropped."""
+    M, N, K = (_check_dim(n, v) for n, v in (("M", M), ("N", N), ("K", K)))
+    if level not in LEVELS:
+        raise ValueError(f"gemm_space: level must be one of {', '.join(map(repr, LEVELS))}, got {level!r}")
+    if dtype not in TENSOR_CORE_DTYPES:
+        raise ValueError(f"gemm_space: dtype must be one of {', '.join(TENSOR_CORE_DTYPES)} (the tensor-core "
+                         f"GEMM's operand types for this space), got {dtype!r}")
+    if accum_dtype != "float32":
+        raise ValueError(f"gemm_space: accum_dtype must be 'float32' (wgmma and this space accumulate in fp32), "
+                         f"got {accum_dtype!r}")
+    arch = _arch(target)
+    quick = level == "quick"
+    if arch.startswith("sm_90") and arch.endswith("a"):
+        return list(_sm90_candidates(M, N, K, dtype, accum_dtype, arch, quick))
+    return list(_sm80_candidates(M, N, K, dtype, accum_dtype, arch, quick))
+
+
+def gemm_space(target: Any = "cuda", *, M: int, N: int, K: int, dtype: str = "float16",
+               accum_dtype: str = "float32", level: str = "full",
+               names: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The configurations worth timing for a GEMM of ``M x N x K`` on ``target``'s architecture (see the module
+    docstring): sm_90a gets the wgmma space (1-3 consumer warpgroups, with and without the producer warpgroup,
+    persistent or not, split-K for small grids), sm_80-sm_89 and a plain sm_90 the mma.sync space. ``names`` maps
+    the space's argument names to the factory's (``{"block_M": "BLOCK_M"}``); ``pass_configs`` is never renamed.
+
+    ``gemm_space("cuda", M=4096, N=4096, K=4096, dtype="float16", level="quick")`` -> ``[{"block_M": 128, ...}]``,
+    ready for ``tune(matmul_relu, configs, args=dict(M=4096, N=4096, K=4096, dtype="float16"), target="cuda")``.
+    """
+    rename = dict(names or {})
+    unknown = set(rename) - {"block_M", "block_N", "block_K", "num_stages", "threads"}
+    if unknown:
+        raise ValueError(f"gemm_space: names may rename block_M, block_N, block_K, num_stages, threads; got "
+                         f"{sorted(unknown)}")
+    kept = [c.config for c in gemm_candidates(target, M=M, N=N, K=K, dtype=dtype, accum_dtype=accum_dtype,
+                                              level=level) if c.kept]
+    return [{rename.get(k, k): v for k, v in c.items()} for c in kept]
+
+
+def summary(candidates: list[Candidate]) -> dict[str, int]:
+    """How many points were kept, and how many each kind of reason dropped (``"wgmma"``, ``"shared memory"``...)."""
+    out: dict[str, int] = {"kept": 0}
+    for c in candidates:
+        key = "kept" if c.kept else c.reason.split(":", 1)[0]
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+__all__ = ["gemm_space", "gemm_candidates", "Candidate", "summary", "smem_bytes", "register_budget", "sms_of",
+           "PASS_CONFIGS", "REGISTER_MARGIN", "SMEM_SLACK"]
