@@ -65,6 +65,17 @@ def wk(ip):
     return ip.user_ns["pmm"]
 
 
+@pytest.fixture(scope="module")
+def local_ex():
+    """What the "local" choice runs, with one compile process (a fast test); its processes start once for the
+    file's sweeps (a few seconds each on a loaded machine) and are stopped at the end."""
+    from tilelang_core.autotune import LocalExecutor
+
+    ex = LocalExecutor(compile_workers=1)
+    yield ex
+    ex.shutdown()
+
+
 def test_ref_expression_travels_with_the_modules_and_values_it_reads(wk):
     ref = expression_reference(wk)
     assert ref.modules == {"F": "torch.nn.functional"} and ref.values == {"SCALE": 2.0}
@@ -73,17 +84,11 @@ def test_ref_expression_travels_with_the_modules_and_values_it_reads(wk):
     torch.testing.assert_close(again(a, b), torch.relu(a @ b) * 2.0)
 
 
-def test_panel_sweep_through_the_local_executor_with_a_bar_per_worker(wk, tmp_path):
-    from tilelang_core.autotune import LocalExecutor
-
+def test_panel_sweep_through_the_local_executor_with_a_bar_per_worker(wk, local_ex, tmp_path):
     db = TuningDB(tmp_path / "t.sqlite3")
     panel = TuningPanel(wk, {"block_M": [16, 32], "block_N": [16, 32]}, db=db, start=False)
     assert panel.sweep_executor.value == "inline" and panel.sweep_executor.options == ("inline", "local", "ray")
-    ex = LocalExecutor(compile_workers=1)  # what the "local" choice runs, with one compile process (a fast test)
-    try:
-        done = panel.sweep("block_M=16,32 block_N=16", executor=ex).result(timeout=400)
-    finally:
-        ex.shutdown()
+    done = panel.sweep("block_M=16,32 block_N=16", executor=local_ex).result(timeout=400)
     assert done == 2, panel.sweep_status.value
     assert "sweep done: 2 measured" in panel.sweep_status.value
     bars = {b.description: b for b in panel.worker_bars.children}
@@ -119,3 +124,52 @@ def test_a_ref_reading_a_notebook_tensor_is_refused_by_name(ip):
     with pytest.raises(ValueError, match=r"--ref 'X \* 3.0 \+ 0 \* W_NB' reads the notebook's 'W_NB' \(a Tensor\)"):
         expression_reference(ip.user_ns["hmm2"])
     assert ExpressionReference("A + 1", ["A"])(torch.ones(2)).tolist() == [2.0, 2.0]
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process runs (a zombie, killed but not reaped, counts as gone: it runs nothing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_stop_during_a_local_executor_sweep_cancels_it_and_leaves_no_worker_behind(wk, local_ex, tmp_path):
+    import multiprocessing
+    import time
+
+    db = TuningDB(tmp_path / "t.sqlite3")
+    panel = TuningPanel(wk, {"block_M": [16, 32, 64], "block_N": [32, 64]}, db=db, start=False)
+    ex = local_ex  # one compile process: six configurations (none compiled before) take a while to compile
+    seen: dict[str, int] = {}
+    try:
+        fut = panel.sweep("block_M=16,32,64 block_N=32,64", executor=ex)
+        deadline = time.monotonic() + 300
+        while panel.progress.value < 1 and not fut.done() and time.monotonic() < deadline:
+            seen.update(ex.pids())
+            time.sleep(0.05)
+        assert panel.progress.value >= 1 and not fut.done(), panel.sweep_status.value
+        seen.update(ex.pids())
+        assert not panel.stop_button.disabled
+        panel.stop_button.click()  # what the user's click runs (the button's on_click handlers)
+        done = fut.result(timeout=120)
+        assert 1 <= done < 6, (done, panel.sweep_status.value)
+        assert panel.sweep_result.cancelled and panel.sweep_result.executor == "local"
+        # the panel shows what finished: the status, the progress bar and one checked result per configuration
+        assert f"sweep stopped after {done}" in panel.sweep_status.value, panel.sweep_status.value
+        assert panel.progress.value == done
+        measured = [m for m in panel.explorer.measurements() if m.worker == "time-cpu"]
+        assert len(measured) == done and all(m.ok and m.passed for m in measured)
+        assert len(db.query("pmm", device=None)) == done  # nothing in flight was recorded as a result
+        assert not panel.sweep_button.disabled and panel.stop_button.disabled
+        # a worker that had a task in flight was killed; the idle ones wait for the next sweep
+        assert ex.pending() == 0
+        kept = ex.pids()
+        for name, pid in seen.items():
+            assert kept.get(name) == pid or not _alive(pid), (name, pid)
+    finally:
+        ex.shutdown()  # the end of the session (the fixture's shutdown then finds nothing left)
+    for name, pid in seen.items():
+        assert not _alive(pid), (name, pid)  # no orphan: every worker process of the sweep is gone
+    assert not {p.pid for p in multiprocessing.active_children()} & set(seen.values())
