@@ -5,6 +5,7 @@ Rows are written by the tests themselves into temporary files with :func:`write_
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -16,9 +17,13 @@ from tilelang_core.autotune import Measurement, ShippedDefaultsError, TuningDB, 
 from tilelang_core.autotune.defaults import DATA_FILE, load_defaults, shape_class, write_defaults
 from tilelang_core.autotune.record import kernel_identity
 from tilelang_core.autotune.space import factory_args
+from tilelang_core.backend.cuda import find_nvcc
+from tilelang_core.backend.cuda.nvcc import nvrtc_available
 from tilelang_core.machine import device_name
 from tilelang_core.quickstart import matmul_relu, reference
 
+needs_cuda_compiler = pytest.mark.skipif(find_nvcc() is None and not nvrtc_available(),
+                                         reason="no nvcc or NVRTC: CUDA kernels cannot be compiled here")
 H200 = "NVIDIA H200"
 SQUARE = {"block_M": 128, "block_N": 256, "block_K": 64, "num_stages": 4, "threads": 256}
 BIG = {**SQUARE, "pass_configs": {"tl.cuda.persistent": -1}}
@@ -159,3 +164,46 @@ def test_compile_default_without_a_default_names_the_missing_arguments(tmp_path)
     empty = write_defaults(tmp_path / "none.json", [])
     with pytest.raises(TypeError, match="block_M, block_N, block_K"):
         compile_default(matmul_relu, dict(M=64, N=64, K=64), target="cpu", db=False, shipped=empty)
+
+
+def _sweep_script():
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "bench" / "gpu" / "h200_defaults_sweep.py"
+    spec = importlib.util.spec_from_file_location("h200_defaults_sweep", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_sweep_script_emits_the_fastest_clean_l2_config_of_its_database(tmp_path):
+    sweep = _sweep_script()
+    db = TuningDB(tmp_path / "sweep.sqlite3")
+    square, decode = problem(4096, 4096, 4096), problem(16, 8192, 8192)
+    fast_warm, fast_clean = SQUARE, {**SQUARE, "num_stages": 3}
+    for tuned, ms, stage in [(fast_warm, 0.80, ""), (fast_clean, 0.85, ""), (fast_warm, 1.10, sweep.CLEAN_L2),
+                             (fast_clean, 1.00, sweep.CLEAN_L2), (fast_clean, 1.02, sweep.CLEAN_L2)]:
+        m, _, _ = row(square, tuned, ms=ms)
+        db.record(dataclasses.replace(m, stage=stage))
+    for tuned, ms in [(DECODE, 0.05), ({**DECODE, "block_N": 64}, 0.07)]:  # no clean re-timing: the DB's best
+        db.record(row(decode, tuned, ms=ms)[0])
+    out = sweep.emit(db, [square, decode, problem(8192, 8192, 8192)], tmp_path / "defaults.json", "sm_90a",
+                     {"commit": "test"})
+    rows = load_defaults(out)
+    assert len(rows) == 2  # nothing was measured at 8192^3
+    assert lookup(square, out).config == fast_clean
+    assert lookup(square, out).measurement.latency_ms == pytest.approx(1.01)  # the clean-L2 median
+    assert lookup(decode, out).config == DECODE
+    assert json.loads(out.read_text())["generated"]["commit"] == "test"
+
+
+@needs_cuda_compiler
+def test_the_sweep_scripts_dry_run_prints_the_space_and_compiles_a_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILELANG_CORE_CACHE_DIR", str(tmp_path))
+    log = tmp_path / "dry.log"
+    code = _sweep_script().main(["--dry-run", "--dry-configs", "1", "--shapes", "256x512x1024", "--dtypes",
+                                 "bfloat16", "--log", str(log)])
+    text = log.read_text()
+    assert code == 0, text
+    assert "256x512x1024 bfloat16: " in text and "space: " in text
+    assert "compiled for sm_90a" in text and "spills 0/0" in text
