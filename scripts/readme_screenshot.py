@@ -9,7 +9,8 @@ CUDA pictures need no GPU (the kernel compiles with NVRTC or nvcc, SASS comes fr
 machine without one shows, e.g. the Profile button's "not available here" and "no CUDA GPU here: compiled only".
 
     python scripts/readme_screenshot.py                 # writes every picture to docs/img/
-    python scripts/readme_screenshot.py --only machine  # only sass-by-line.png, config-diff.png, report.png
+    python scripts/readme_screenshot.py --only machine  # panel-resources.png, sass-by-line.png, config-diff.png,
+                                                        # report.png
     python scripts/readme_screenshot.py --out /tmp/img  # elsewhere
 """
 
@@ -138,7 +139,8 @@ def _check_size(out: Path) -> Path:
 
 
 def shoot_machine_views(out_dir: Path, width: int = 1250) -> list[Path]:
-    """A CUDA GEMM compiled on this machine (no GPU needed): the summary's SASS by line tab with the T.gemm line
+    """A CUDA GEMM compiled on this machine (no GPU needed): the tuning panel's resources table after a
+    compile-only sweep of four configurations; the summary's SASS by line tab with the T.gemm line
     picked (the resources line and the Profile button's message above it), the Diff tab on the resources of the
     cell's and a panel configuration; and the top of the session report of the same GEMM on the CPU (timed)."""
     shots = []
@@ -151,6 +153,12 @@ def shoot_machine_views(out_dir: Path, width: int = 1250) -> list[Path]:
             open_notebook(page, lab, "machine_views.ipynb")
             page.evaluate("() => window.jupyterapp.commands.execute('application:toggle-left-area')")
             run_all(page, timeout_s=900)
+            # the CUDA panel's resources table after its compile-only sweep: one row per configuration
+            table = page.locator(CELL_OUTPUT.format(2)).locator(".wb-resources-table")
+            page.wait_for_function("() => document.querySelectorAll('.wb-resources .wb-res-row').length >= 4",
+                                   timeout=120_000)
+            table.scroll_into_view_if_needed()
+            shots.append(_check_size(_element_shot(table, out_dir / "panel-resources.png")))
             # the summary made after the sweep: SASS by line, the T.gemm line picked as a user would
             summary = page.locator(CELL_OUTPUT.format(4))
             summary.scroll_into_view_if_needed()
