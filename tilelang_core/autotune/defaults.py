@@ -274,6 +274,32 @@ def compile_default(factory: Any, args: dict[str, Any], target: Any = None, *, d
     return kernel
 
 
+def call_with_defaults(jf: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """A ``@jit`` factory called without some of its tuning arguments (``matmul_relu(4096, 4096, 4096,
+    dtype="float16")``): the kernel compiled with :func:`default_config`'s configuration for the call's problem on
+    the factory's target, or None when the missing arguments are not all tuning arguments (``block_*``,
+    ``num_stages``, ``threads``) or nothing known supplies them — the caller then raises its own ``TypeError``.
+    The JIT's hook for the shipped defaults; the kernel's ``tuning_default`` says where its configuration came from."""
+    import inspect
+
+    from .workers import compile_config
+
+    sig = inspect.signature(getattr(jf, "factory", jf))
+    try:
+        given = dict(sig.bind_partial(*args, **kwargs).arguments)
+    except TypeError:
+        return None
+    missing = [n for n, p in sig.parameters.items() if p.default is p.empty and n not in given]
+    if not missing or not all(is_tunable(n) for n in missing):
+        return None
+    found = default_config(jf, given, getattr(jf, "target", None))
+    if found is None or not set(missing) <= set(found.config):
+        return None
+    kernel = compile_config(jf, {**found.config, **given})
+    kernel.tuning_default = found
+    return kernel
+
+
 def write_defaults(path: str | Path, rows: list[tuple[Measurement, str, dict[str, Any]]],
                    generated: dict[str, Any] | None = None) -> Path:
     """Write a shipped defaults file: ``rows`` of ``(measurement, arch, problem)`` (each measurement ``ok``; its
@@ -296,5 +322,6 @@ def write_defaults(path: str | Path, rows: list[tuple[Measurement, str, dict[str
     return p
 
 
-__all__ = ["default_config", "compile_default", "load_defaults", "write_defaults", "shipped_match", "shape_class",
-           "Default", "ShippedRow", "ShippedDefaultsError", "DATA_FILE", "SHAPE_CLASSES"]
+__all__ = ["default_config", "compile_default", "call_with_defaults", "load_defaults", "write_defaults",
+           "shipped_match", "shape_class", "Default", "ShippedRow", "ShippedDefaultsError", "DATA_FILE",
+           "SHAPE_CLASSES"]

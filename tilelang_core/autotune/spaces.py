@@ -160,7 +160,7 @@ def _sm90_candidates(M: int, N: int, K: int, dtype: str, accum_dtype: str, arch:
     from ..backend.cuda.resources import limits_for
     from ..transform.cuda.layouts import dtype_bytes, plan_wgmma
 
-    limit = limits_for(arch.rstrip("a")).smem_per_block
+    limit = limits_for(arch).smem_per_block
     sms = sms_of(arch) or 132
     swizzle_k = 128 // dtype_bytes(dtype)  # one 128-byte swizzle row of the K tile
     decode = M <= 16
@@ -222,7 +222,11 @@ def _sm80_candidates(M: int, N: int, K: int, dtype: str, accum_dtype: str, arch:
     from ..backend.cuda.resources import limits_for
     from ..transform.cuda.layouts import plan_gemm
 
-    limit = limits_for(arch.rstrip("a")).smem_per_block
+    try:
+        limit = limits_for(arch).smem_per_block
+    except ValueError:
+        raise ValueError(f"gemm_space: no shared-memory limit is known for {arch} (backend/cuda/resources.py "
+                         "LIMITS); give one of its architectures") from None
     block_k = [k for k in SM80_BLOCK_K if k <= max(16, K)]
     for bm, bn, bk, st, threads in itertools.product(_tile_values(SM80_BLOCK_MN, M, quick, 16),
                                                      _tile_values(SM80_BLOCK_MN, N, quick, 16), block_k,
