@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -280,14 +281,18 @@ def main(argv: list[str] | None = None) -> int:
         configs = space_for(prob, args.level)
         log(f"\n{name}: {len(configs)} configs")
         t0 = time.perf_counter()
-        result = tune(matmul_relu, configs, args=prob, ref=reference, rtol=RTOL, atol=ATOL, target="cuda",
-                      executor=executor, db=db, progress=False, warmup=args.warmup, rep=args.rep,
-                      on_result=lambda m: log(describe(m)))
-        log(f"  swept in {time.perf_counter() - t0:.1f} s: {sum(m.ok for m in result.measurements)} passed, "
-            f"{result.pruned} early-stopped, {len(result.failures)} failed; cuBLAS {result.reference_ms}")
-        for m in result.finals:
-            log("  final:" + describe(m)[1:])
-        clean_retime(result, prob, db, args.clean_top, args.clean_rep, log)
+        try:
+            result = tune(matmul_relu, configs, args=prob, ref=reference, rtol=RTOL, atol=ATOL, target="cuda",
+                          executor=executor, db=db, progress=False, warmup=args.warmup, rep=args.rep,
+                          on_result=lambda m: log(describe(m)))
+            log(f"  swept in {time.perf_counter() - t0:.1f} s: {sum(m.ok for m in result.measurements)} passed, "
+                f"{result.pruned} early-stopped, {len(result.failures)} failed; cuBLAS {result.reference_ms} ms")
+            for m in result.finals:
+                log("  final:" + describe(m)[1:])
+            clean_retime(result, prob, db, args.clean_top, args.clean_rep, log)
+        except Exception:  # noqa: BLE001 - one problem's failure must not lose the others' results
+            log(f"  {name}: the sweep failed:\n{traceback.format_exc()}")
+            continue
         done.append(prob)
     executor.shutdown()  # its compile and timing processes
     with db.connect() as conn:  # one self-contained file to bring back
