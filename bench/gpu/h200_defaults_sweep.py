@@ -249,6 +249,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     os.environ.setdefault("TILELANG_CORE_CACHE_DIR", tempfile.mkdtemp(prefix="h200_defaults_cache_"))
     log = Log(args.log)
+    try:
+        return run_sweep(args, log)
+    finally:
+        log.f.close()
+
+
+def run_sweep(args: argparse.Namespace, log: Log) -> int:
     probs = problems(args.shapes, args.dtypes)
     log(f"h200_defaults_sweep {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} commit {git_commit()} "
         f"level {args.level}{' (dry run)' if args.dry_run else ''}")
