@@ -36,6 +36,27 @@ struct WgmmaSS<{n}, {ctype}, TA, TB> {{
 """
 
 
+def op_rs(n: int, ctype: str, ptx: str) -> str:
+    """The register-A form: A's m64k16 slice is four 32-bit registers per thread (two halves each)."""
+    regs = n // 2
+    dlist = ", ".join(f"%{i}" for i in range(regs))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    a0, b = regs, regs + 4
+    alist = ", ".join(f"%{a0 + i}" for i in range(4))
+    return f"""template <int TB>
+struct WgmmaRS<{n}, {ctype}, TB> {{
+  static __device__ __forceinline__ void run(float* d, const unsigned* a, unsigned long long desc_b) {{
+    asm volatile(
+        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{b + 1}, 0;\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{dlist}}}, {{{alist}}}, %{b}, p, 1, 1, "
+        "%{b + 2};\\n}}\\n"
+        : {outs}
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1), "n"(TB));
+  }}
+}};
+"""
+
+
 def op_fp8(n: int, ta: str, tb: str) -> str:
     regs = n // 2
     dlist = ", ".join(f"%{i}" for i in range(regs))
@@ -90,6 +111,10 @@ def main() -> None:
 // accumulation (scale-d = 1: d += A * B), A and B from shared-memory matrix descriptors; TA / TB are the
 // instruction's transpose immediates (1 = the operand is MN-major in shared memory). d: the N/2 accumulator
 // registers of this thread (sm_90a only).
+//
+// tl::WgmmaRS<N, T, TB>::run(d, a, desc_b): the same with A from registers: a[0..3] hold this thread's part of the
+// m64 x k16 A slice (two halves each: rows l/4 and l/4 + 8 of the warp's 16 rows, columns 2(l%4), 2(l%4)+1 and
+// 8 more), B from a descriptor; TB as above (the PTX ISA has no transpose of a register A).
 #pragma once
 #include "tl/common.cuh"
 
@@ -97,10 +122,16 @@ namespace tl {
 
 template <int N, typename T, int TA, int TB>
 struct WgmmaSS;
+
+template <int N, typename T, int TB>
+struct WgmmaRS;
 """]
     for ctype, ptx in TYPES.items():
         for n in range(8, 257, 8):
             parts.append(op(n, ctype, ptx))
+    for ctype, ptx in TYPES.items():
+        for n in range(8, 257, 8):
+            parts.append(op_rs(n, ctype, ptx))
     parts.append("}  // namespace tl\n")
     OUT.write_text("\n".join(parts))
     OUT_FP8.write_text(fp8_header())

@@ -86,8 +86,9 @@ def wgmma_plan_for(ops: dict[str, Any], threads: int) -> tuple[GemmPlan | None, 
     a, b, c = ops["a"], ops["b"], ops["c"]
     if not (is_fragment(c.buffer) and len(c.buffer.shape) == 2 and is_whole_tile(c)):
         return None, "the accumulator is not a whole 2-D fragment"
-    if is_fragment(a.buffer):
-        return None, "A is a fragment (register-A wgmma is not implemented; mma.sync reads it from registers)"
+    a_regs = is_fragment(a.buffer)
+    if a_regs and not (len(a.buffer.shape) == 2 and is_whole_tile(a)):
+        return None, "A is a part of a fragment (register-A wgmma reads a whole 2-D fragment)"
 
     def stored(r: Region) -> tuple[int, int] | None:
         if not is_shared(r.buffer) or not is_whole_tile(r):
@@ -96,7 +97,8 @@ def wgmma_plan_for(ops: dict[str, Any], threads: int) -> tuple[GemmPlan | None, 
         return (shape[-2], shape[-1]) if None not in shape[-2:] else None
 
     return plan_wgmma(ops["M"], ops["N"], ops["K"], str(a.buffer.dtype), str(b.buffer.dtype), str(c.buffer.dtype),
-                      threads, ops["policy"], stored(a), stored(b), bool(ops["ta"]), bool(ops["tb"]))
+                      threads, ops["policy"], None if a_regs else stored(a), stored(b), bool(ops["ta"]),
+                      bool(ops["tb"]), a_regs=a_regs)
 
 
 class _Collect(Rewriter):
@@ -278,24 +280,23 @@ def _row_layout(col: _Collect, members: list[Any], root_layout: list[tuple[Any, 
                 threads: int) -> FragmentLayout | None:
     """The ``mma_row`` layout every row broadcast and row reduction of the class agrees on, or None."""
     rows = const_int(members[0].shape[0])
-    wanted: set[tuple[int, int]] = set()
+    wanted: set[FragmentLayout] = set()
     for m in members:
         for key in col.row_reads.get(m, []):
             lay = _layout_of_root(col, col.find(key), root_layout)
-            if lay is None or lay.kind != "mma" or lay.shape[0] != rows:
+            if lay is None or lay.row_kind is None or lay.shape[0] != rows:
                 return None
-            wanted.add((lay.warp_m, lay.warp_n))
+            wanted.add(lay.row_layout())
         for src, dim in col.reduce_srcs.get(m, []):
             lay = (_layout_of_root(col, col.find(src.buffer), root_layout)
                    if is_fragment(src.buffer) else None)
-            if (lay is None or lay.kind != "mma" or dim != 1 or lay.shape[0] != rows
+            if (lay is None or lay.row_kind is None or dim != 1 or lay.shape[0] != rows
                     or not is_whole_tile(src) or len(src.buffer.shape) != 2):
                 return None
-            wanted.add((lay.warp_m, lay.warp_n))
+            wanted.add(lay.row_layout())
     if len(wanted) != 1:
         return None
-    wm, wn = next(iter(wanted))
-    return FragmentLayout.mma_row(rows, threads, wm, wn)
+    return next(iter(wanted))
 
 
 def _chunk_elem_bytes(col: _Collect, root: Any, members: list[Any]) -> int:
@@ -355,28 +356,61 @@ def _wgmma_choice(col: _Collect, classes: list[tuple[Any, list[Any]]], arch: str
     def root_of(n: int) -> Any:
         return col.find(col.gemms[n][1]["c"].buffer)
 
+    def plan_of(n: int) -> tuple[int, int] | None:
+        plan = col.gemms[n][2]
+        return (plan.warp_m, plan.warp_n) if plan is not None else None
+
     for root, members in classes:
         idx = [n for n in range(len(col.gemms)) if col._is(root_of(n), root)]
         if not idx:
             continue
-        if any(m in row_fed for m in members):
-            reason = "the accumulator feeds T.reduce_* (row reductions keep mma.sync's mma_row layout)"
-        elif any(col._is(col.find(k), root) for k in row_nests):
-            reason = "the accumulator is combined with per-row values (X[i] in T.Parallel keeps mma.sync's layout)"
-        elif len({(col.gemms[n][2].warp_m, col.gemms[n][2].warp_n) for n in idx if col.gemms[n][2]}) > 1:
+        grids = {plan_of(n) for n in idx if plan_of(n)}
+        rows_needed = (any(m in row_fed for m in members) or any(col._is(col.find(k), root) for k in row_nests))
+        if len(grids) > 1:
             reason = "the gemms into this accumulator need different warpgroup grids"
+        elif rows_needed and any(g[1] != 1 for g in grids):
+            reason = ("the accumulator's rows are reduced or combined with per-row values (T.reduce_*, X[i] in "
+                      "T.Parallel) and its warpgroups would split N (wgmma rows need warpgroups along M only)")
         else:
             reason = next((why[n] for n in idx if n in why), "")
         if reason:
             for n in idx:
                 why.setdefault(n, reason)
-    while True:  # a shared tile read by a gemm that keeps mma.sync keeps the mma.sync swizzle for all its readers
-        mma_bufs = [col.gemms[n][1][k].buffer for n in why for k in ("a", "b")]
+
+    def class_of(buf: Any) -> list[int]:
+        r = col.find(buf)
+        return [n for n in range(len(col.gemms)) if col._is(root_of(n), r)]
+
+    while True:
         changed = False
+        # a shared tile read by a gemm that keeps mma.sync keeps the mma.sync swizzle for all its readers
+        mma_bufs = [col.gemms[n][1][k].buffer for n in why for k in ("a", "b")]
         for n, (_, ops, _, _) in enumerate(col.gemms):
-            if n not in why and any(ops[k].buffer.same_as(b) for k in ("a", "b") for b in mma_bufs):
+            if n not in why and any(ops[k].buffer.same_as(b) for k in ("a", "b") for b in mma_bufs
+                                    if is_shared(b)):
                 why[n] = "its shared A or B tile is also read by a gemm that keeps mma.sync"
                 changed = True
+        # register-A wgmma reads A in the wgmma layout: A's class must be the accumulator of a wgmma gemm of the
+        # same warpgroup grid
+        for n, (_, ops, _, _) in enumerate(col.gemms):
+            a = ops["a"].buffer
+            if n in why or not is_fragment(a):
+                continue
+            producers = class_of(a)
+            ok = bool(producers) and all(p not in why and plan_of(p) == plan_of(n) for p in producers)
+            if not ok:
+                why[n] = (f"A is the fragment {a.name}, which is not the accumulator of a wgmma gemm with the same "
+                          "warpgroups (register-A wgmma reads A in that layout)")
+                changed = True
+        # every gemm into one accumulator takes the same path
+        for root, _ in classes:
+            idx = [n for n in range(len(col.gemms)) if col._is(root_of(n), root)]
+            first = next((why[n] for n in idx if n in why), None)
+            if first is not None:
+                for n in idx:
+                    if n not in why:
+                        why[n] = first
+                        changed = True
         if not changed:
             break
     chosen: list[tuple[Any, GemmPlan]] = []
@@ -394,6 +428,8 @@ def _wgmma_choice(col: _Collect, classes: list[tuple[Any, list[Any]]], arch: str
             chosen.append((root, plan))
         for key in ("a", "b"):
             buf = ops[key].buffer
+            if not is_shared(buf):  # register-A wgmma: A keeps its fragment layout
+                continue
             shape = [const_int(x) for x in buf.shape]
             codes[buf] = WGMMA_SWIZZLE_BASE + wgmma_swizzle_bytes(shape[-2], shape[-1], str(buf.dtype))
     return chosen, codes, notes

@@ -27,6 +27,10 @@ given fragment, so it is chosen once (``tl.InferFragmentLayoutsCUDA``), recorded
   holds rows ``16 w .. 16 w + 15`` exactly as one mma.sync 16x8 atom per 8 columns (lane ``l``: rows ``l/4``,
   ``l/4 + 8``; columns ``2(l%4)``, ``2(l%4)+1``). Register ``((mi * NT) + ni) * 4 + k`` (``NT`` = 8-column atoms
   of the slice) — the order ``tl::wgmma_gemm_ss`` (``include/tl/wgmma.cuh``) writes.
+* ``wgmma_row`` — the rows of a ``wgmma`` accumulator whose warpgroups split M only (``warp_n`` = 1), as
+  ``mma_row`` is for ``mma``: each thread holds the two rows of each of its m64 blocks (``2 * MI`` registers: row
+  ``mi * warp_m * 64 + 64 g + 16 (w % 4) + l/4`` and that + 8), the four lanes of a quad holding copies. Row
+  reductions are quad shuffles; ``acc[i, j] * row[i]`` is a register operation.
 * ``replicated`` — every thread holds the whole tile (reduction results, tiles used element-wise outside
   ``T.Parallel``).
 
@@ -81,7 +85,7 @@ def _pow2_divisor(n: int, cap: int) -> int:
 class FragmentLayout:
     """Where each element of a fragment lives: ``(thread, register)``."""
 
-    kind: str  # "blocked" | "mma" | "mma_row" | "wgmma" | "replicated"
+    kind: str  # "blocked" | "mma" | "mma_row" | "wgmma" | "wgmma_row" | "replicated"
     shape: tuple[int, ...]
     threads: int
     vec: int = 1
@@ -108,6 +112,10 @@ class FragmentLayout:
     @staticmethod
     def mma_row(rows: int, threads: int, warp_m: int, warp_n: int) -> FragmentLayout:
         return FragmentLayout("mma_row", (int(rows),), threads, warp_m=warp_m, warp_n=warp_n)
+
+    @staticmethod
+    def wgmma_row(rows: int, threads: int, wg_m: int) -> FragmentLayout:
+        return FragmentLayout("wgmma_row", (int(rows),), threads, warp_m=wg_m, warp_n=1)
 
     @staticmethod
     def replicated(shape: Any, threads: int) -> FragmentLayout:
@@ -147,7 +155,17 @@ class FragmentLayout:
     @property
     def const_regs(self) -> bool:
         """Registers must be enumerated with constant indices (their coordinates are not affine in them)."""
-        return self.kind in ("mma", "mma_row", "wgmma")
+        return self.kind in ("mma", "mma_row", "wgmma", "wgmma_row")
+
+    @property
+    def row_kind(self) -> str | None:
+        """The kind of this accumulator layout's rows (``mma_row`` / ``wgmma_row``), or None when its rows have no
+        register layout of their own (not an accumulator, or wgmma warpgroups that also split N)."""
+        if self.kind == "mma":
+            return "mma_row"
+        if self.kind == "wgmma" and self.warp_n == 1:
+            return "wgmma_row"
+        return None
 
     @property
     def row_tiles(self) -> int:
@@ -163,6 +181,8 @@ class FragmentLayout:
             return mt * nt * 4
         if self.kind == "mma_row":
             return self.row_tiles * 2
+        if self.kind == "wgmma_row":
+            return self.shape[0] // self.warp_m // 64 * 2
         if self.kind == "wgmma":
             mi, nt = self.wgmma_tiles
             return mi * nt * 4
@@ -176,17 +196,21 @@ class FragmentLayout:
 
     # -- rows of mma accumulators ---------------------------------------------------------------------------
     def row_layout(self) -> FragmentLayout:
-        """The ``mma_row`` layout of this ``mma`` accumulator's rows."""
+        """The ``mma_row`` (``wgmma_row``) layout of this ``mma`` (``wgmma``, ``warp_n`` = 1) accumulator's rows."""
+        if self.kind == "wgmma":
+            return FragmentLayout.wgmma_row(self.shape[0], self.threads, self.warp_m)
         return FragmentLayout.mma_row(self.shape[0], self.threads, self.warp_m, self.warp_n)
 
     def row_reg(self, reg: int) -> int:
-        """The register of :meth:`row_layout` holding the row of ``mma`` register ``reg`` (same thread)."""
-        mt, nt = self.mma_tiles
+        """The register of :meth:`row_layout` holding the row of accumulator register ``reg`` (same thread)."""
+        nt = self.wgmma_tiles[1] if self.kind == "wgmma" else self.mma_tiles[1]
         return (reg // (nt * 4)) * 2 + (reg % 4) // 2
 
     def owner_cond(self, tid: Any) -> Any:
         """For layouts holding copies (``mma_row``): the condition selecting one holder of each element
         (lane % 4 == 0 of warp column 0), for side effects that must happen once (atomics); else None."""
+        if self.kind == "wgmma_row":
+            return tirx.EQ(tirx.floormod(tid, 4), 0)
         if self.kind != "mma_row":
             return None
         warp = tirx.floordiv(tid, WARP)
@@ -209,6 +233,9 @@ class FragmentLayout:
             warp, lane = thread // WARP, thread % WARP
             wr = warp // self.warp_n
             return (wr * (self.shape[0] // self.warp_m) + (reg // 2) * 16 + 8 * (reg % 2) + lane // 4,)
+        if self.kind == "wgmma_row":
+            warp, lane = thread // WARP, thread % WARP
+            return (self._wgmma_row_of(warp, lane, reg, lambda a, b: a // b, lambda a, b: a % b),)
         f = ((reg // self.vec) * self.threads + thread) * self.vec + reg % self.vec
         return tuple(_unravel(f, self.shape)) if f < self.size else None
 
@@ -246,6 +273,12 @@ class FragmentLayout:
             row = (wr * (self.shape[0] // self.warp_m) + ((reg // 2) * 16 + 8 * (reg % 2))
                    + tirx.floordiv(tirx.floormod(tid, WARP), 4))
             return [ana.simplify(row)], None
+        if self.kind == "wgmma_row":
+            if not isinstance(reg, int):
+                raise ValueError("wgmma_row fragment registers must be enumerated with constant indices")
+            row = self._wgmma_row_of(tirx.floordiv(tid, WARP), tirx.floormod(tid, WARP), reg, tirx.floordiv,
+                                     tirx.floormod)
+            return [ana.simplify(row)], None
         v = self.vec
         if isinstance(reg, int):
             f = ((reg // v) * self.threads + tid) * v + reg % v
@@ -269,6 +302,10 @@ class FragmentLayout:
         row = (mi * self.warp_m * 64 + 8 * (k // 2)) + gr * 64 + mod(warp, 4) * 16 + div(lane, 4)
         col = (ni * 8 + k % 2) + gc * (N // self.warp_n) + mod(lane, 4) * 2
         return [row, col]
+
+    def _wgmma_row_of(self, warp: Any, lane: Any, reg: int, div: Any, mod: Any) -> Any:
+        """The row held by register ``reg`` of a ``wgmma_row`` layout (warpgroups split M only)."""
+        return ((reg // 2) * self.warp_m * 64 + 8 * (reg % 2)) + div(warp, 4) * 64 + mod(warp, 4) * 16 + div(lane, 4)
 
     def _mma_coords_expr(self, warp: Any, lane: Any, reg: int) -> list[Any]:
         M, N = self.shape
@@ -449,12 +486,13 @@ def wgmma_chunk_n(wn: int, w_b: int) -> int:
 
 def plan_wgmma(M: int | None, N: int | None, K: int | None, in_dtype: str, b_dtype: str, acc_dtype: str,
                threads: int, policy: int, a_shape: tuple[int, int] | None, b_shape: tuple[int, int] | None,
-               ta: bool, tb: bool) -> tuple[GemmPlan | None, str]:
+               ta: bool, tb: bool, a_regs: bool = False) -> tuple[GemmPlan | None, str]:
     """A ``wgmma`` plan (warpgroups ``warp_m x warp_n``) for a gemm of shared A and B, or (None, why not).
 
     ``a_shape``/``b_shape``: the stored (rows, cols) of the shared A / B tiles (None when not a whole shared tile).
-    Warpgroups go along M first (each takes whole m64 blocks), the rest along N (GemmWarpPolicy FullCol: along N
-    first).
+    ``a_regs``: A is a fragment read from registers (register-A wgmma, fp16/bf16 only, not transposed); its
+    warpgroups then split M only (each holds whole rows of A). Warpgroups go along M first (each takes whole m64
+    blocks), the rest along N (GemmWarpPolicy FullCol: along N first).
     """
     if None in (M, N, K):
         return None, "tile extents are not constants"
@@ -467,7 +505,10 @@ def plan_wgmma(M: int | None, N: int | None, K: int | None, in_dtype: str, b_dty
     if fp8 and (ta or not tb):
         return None, ("fp8 wgmma reads both operands K-major from shared memory (A stored M x K, B stored N x K: "
                       f"transpose_B=True); this gemm has transpose_A={bool(ta)}, transpose_B={bool(tb)}")
-    if a_shape is None or b_shape is None:
+    if a_regs and (fp8 or ta):
+        return None, ("register-A wgmma takes float16/bfloat16 A, not transposed (transpose_A=False)" if not fp8
+                      else "register-A wgmma is not implemented for float8 (A from a fragment)")
+    if (a_shape is None and not a_regs) or b_shape is None:
         return None, "A and B must be whole shared tiles (or pipeline stages)"
     if threads % WARPGROUP:
         return None, f"threads={threads} is not a multiple of a warpgroup (128)"
@@ -475,6 +516,8 @@ def plan_wgmma(M: int | None, N: int | None, K: int | None, in_dtype: str, b_dty
     if M % 64 or K % k_step or N % 8:
         return None, (f"the tile {M}x{N}x{K} is not made of m64nNk{k_step} steps (M % 64, N % 8, K % {k_step})")
     for name, shape, dt in (("A", a_shape, in_dtype), ("B", b_shape, b_dtype)):
+        if shape is None:  # A in registers
+            continue
         if not wgmma_swizzle_bytes(shape[0], shape[1], dt):
             return None, (f"the shared {name} tile {shape[0]}x{shape[1]} has no wgmma swizzle layout (rows % 8, "
                           "row bytes % 32)")
@@ -485,12 +528,17 @@ def plan_wgmma(M: int | None, N: int | None, K: int | None, in_dtype: str, b_dty
         if groups % gm:
             continue
         gn = groups // gm
+        if a_regs and gn != 1:
+            continue
         if M % (64 * gm) or N % gn or (N // gn) % 8:
             continue
         if (N // gn) % w_b or not wgmma_chunk_n(N // gn, w_b):
             continue
         choices.append((gm, gn))
     if not choices:
+        if a_regs:
+            return None, (f"register-A wgmma needs the {groups} warpgroup(s) along M: {M} rows are not "
+                          f"{groups} x m64 blocks")
         return None, f"no warpgroup grid of {groups} group(s) divides the {M}x{N} tile into m64 blocks"
     choices.sort(key=lambda c: -c[1] if policy == 2 else -c[0])
     gm, gn = choices[0]

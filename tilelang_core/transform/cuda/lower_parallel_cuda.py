@@ -294,7 +294,8 @@ class LowerParallelCUDA(Rewriter):
                 return ld
             lay = self.layouts[buf]
             idx = list(ld.indices)
-            if (lay.kind == "mma_row" and nest is not None and nest.kind == "mma" and isinstance(reg, int)
+            if (lay.kind in ("mma_row", "wgmma_row") and nest is not None and nest.row_kind == lay.kind
+                    and isinstance(reg, int)
                     and len(vs) == 2 and len(idx) == 1 and idx[0].same_as(vs[0]) and nest.row_layout() == lay):
                 return tirx.BufferLoad(self.locals[buf], [tirx.IntImm("int32", nest.row_reg(reg))])
             if lay.distributed:
@@ -473,12 +474,13 @@ class LowerParallelCUDA(Rewriter):
         if dist:
             lay = self.layouts[dist[0]]
             for b in dist:  # the nest iterates over the 2-D layout; row fragments of it are read per row
-                if self.layouts[b].kind != "mma_row":
+                if self.layouts[b].kind not in ("mma_row", "wgmma_row"):
                     lay = self.layouts[b]
                     break
             for b in dist:
                 bl = self.layouts[b]
-                if bl != lay and not (bl.kind == "mma_row" and lay.kind == "mma" and lay.row_layout() == bl):
+                if bl != lay and not (lay.row_kind is not None and bl.kind == lay.row_kind
+                                      and lay.row_layout() == bl):
                     self.error(s.span, f"T.Parallel combines fragments {dist[0].name} and {b.name} of different "
                                        "layouts")
                     return s

@@ -581,6 +581,8 @@ class LowerTileOpsCUDA(Rewriter):
         stmts: list[Any] = []
         clay = self.layouts.get(c.buffer) if is_fragment(c.buffer) else None
         a_frag = is_fragment(a.buffer)
+        if a_frag and clay is not None and clay.kind == "wgmma" and self._a_in_wgmma_registers(ops, clay):
+            return self._gemm_wgmma_rs(s, ops, clay, stmts)
         if a_frag and self._a_in_registers(ops, clay):
             return self._gemm_rs(s, ops, clay, stmts)
         if a_frag:
@@ -628,6 +630,41 @@ class LowerTileOpsCUDA(Rewriter):
         name = (f"tl::wgmma_gemm_ss<{M}, {N}, {K}, {lay.warp_m}, {lay.warp_n}, {nc}, {ta}, {tb}, {swa}, {swb}"
                 f"{pending}>")
         stmts.append(extern(name, tirx.address_of(_load(a.buffer, a.mins)), tirx.address_of(_load(b.buffer, b.mins)),
+                            tirx.address_of(_load(loc, [_imm(0)]))))
+        return seq(stmts, s.span)
+
+    def _a_in_wgmma_registers(self, ops: dict[str, Any], clay: FragmentLayout) -> bool:
+        """A whole fragment A in the ``wgmma`` layout of C's warpgroup grid (warpgroups along M only): its
+        registers are the A operand of a register-A wgmma as they are (``tl::wgmma_gemm_rs``)."""
+        a = ops["a"]
+        alay = self.layouts.get(a.buffer)
+        if alay is None or alay.kind != "wgmma" or ops["ta"] or clay.warp_n != 1:
+            return False
+        whole_a = all(const_int(m) == 0 for m in a.mins) and [const_int(e) for e in a.extents] == list(alay.shape)
+        return (whole_a and alay.warp_n == 1 and alay.warp_m == clay.warp_m and alay.shape == (ops["M"], ops["K"])
+                and str(a.buffer.dtype) in ("float16", "bfloat16") and str(ops["b"].buffer.dtype) == str(a.buffer.dtype)
+                and is_shared(ops["b"].buffer))
+
+    def _gemm_wgmma_rs(self, s: Any, ops: dict[str, Any], lay: FragmentLayout, stmts: list[Any]) -> Any:
+        """``tl::wgmma_gemm_rs``: A from the registers of its ``wgmma``-layout fragment, B through a shared-memory
+        descriptor (sm_90a); waits as ``_gemm_wgmma`` does."""
+        b = ops["b"]
+        loc = self.locals[ops["c"].buffer]
+        if ops["clear"]:
+            stmts.append(self.unrolled(lay.num_regs, lambda r: tirx.BufferStore(loc, tirx.const(0, str(loc.dtype)),
+                                                                                  [r]), True))
+        swb = self.swizzle.get(b.buffer, 0) - WGMMA_SWIZZLE_BASE
+        if swb <= 0:
+            self.error(s.span, "T.gemm: internal error: the wgmma B operand has no wgmma shared layout")
+            return s
+        M, N, K = ops["M"], ops["N"], ops["K"]
+        tb = int(ops["tb"])
+        w_b = 1 if tb else swb // dtype_bytes(str(b.buffer.dtype))
+        nc = wgmma_chunk_n(N, w_b)
+        pending = f", {self.wgmma_pending}" if self.wgmma_pending else ""
+        name = f"tl::wgmma_gemm_rs<{M}, {N}, {K}, {lay.warp_m}, {nc}, {tb}, {swb}{pending}>"
+        aloc = self.locals[ops["a"].buffer]
+        stmts.append(extern(name, tirx.address_of(_load(aloc, [_imm(0)])), tirx.address_of(_load(b.buffer, b.mins)),
                             tirx.address_of(_load(loc, [_imm(0)]))))
         return seq(stmts, s.span)
 
@@ -857,7 +894,7 @@ class LowerTileOpsCUDA(Rewriter):
         if self.kind(src.buffer) != "F" or self.kind(dst.buffer) != "F" or dim != 1 or len(sext) != 2:
             return False
         slay, dlay = self.layouts[src.buffer], self.layouts[dst.buffer]
-        if slay.kind != "mma" or dlay.kind != "mma_row" or slay.row_layout() != dlay:
+        if slay.row_kind is None or dlay.kind != slay.row_kind or slay.row_layout() != dlay:
             return False
         whole_src = all(const_int(m) == 0 for m in src.mins) and sext == list(slay.shape)
         whole_dst = all(const_int(m) == 0 for m in dst.mins) and [const_int(e) for e in dst.extents] == list(

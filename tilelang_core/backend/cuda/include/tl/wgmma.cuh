@@ -139,6 +139,49 @@ __device__ __forceinline__ void wgmma_gemm_ss(const T* A, const TB* B, float* C)
   for (int i = 0; i < MI * NT * 4; ++i) wgmma_fence_operand(C[i]);
 }
 
+// T.gemm with A in registers (RS): A is a fragment in the wgmma accumulator layout of a WG_M x 1 warpgroup grid
+// over its M x K tile, already converted to T (fp16/bf16) — flash attention's P = softmax(S) for P @ V. In that
+// layout the 8 registers (mi * K/8 + 2 kk) * 4 .. + 8 of a thread are exactly its part of the m64 x k16 A slice
+// (mi, kk) of a register-A wgmma (rows l/4 and l/4 + 8 of the warp's 16, columns 2(l%4) + {0, 1} and + 8), two
+// halves per 32-bit register, so they go to the instruction as they are: no shuffle, no shared memory. B comes from
+// shared memory as in wgmma_gemm_ss; the warpgroups split M only (each owns whole rows of A and of C).
+template <int M, int N, int K, int WG_M, int NC, bool TRANS_B, int SWZ_B, int PENDING = 0, typename T, typename TB>
+__device__ __forceinline__ void wgmma_gemm_rs(const T* A, const TB* B, float* C) {
+  static_assert(PENDING == 0 || PENDING == 1, "wgmma_gemm_rs: PENDING is 0 or 1 groups left in flight");
+  static_assert(sizeof(T) == 2 && sizeof(TB) == 2, "wgmma_gemm_rs: fp16/bf16 A and B");
+  constexpr int WM = M / WG_M;
+  constexpr int MI = WM / 64, NT = N / 8, KT = K / 16;
+  static_assert(WM % 64 == 0 && N % NC == 0 && NC % 8 == 0 && NC <= 256 && K % 16 == 0,
+                "wgmma_gemm_rs: tile does not fit the warpgroup grid");
+  constexpr int B_ROWS = TRANS_B ? N : K, B_COLS = TRANS_B ? K : N;
+  const unsigned b_base = smem_addr(B);
+  unsigned a[MI * KT * 4];
+#pragma unroll
+  for (int i = 0; i < MI * KT * 4; ++i) a[i] = reinterpret_cast<const unsigned*>(A)[i];
+  fence_proxy_async_shared();
+#pragma unroll
+  for (int i = 0; i < MI * NT * 4; ++i) wgmma_fence_operand(C[i]);
+#pragma unroll
+  for (int i = 0; i < MI * KT * 4; ++i) asm volatile("" : "+r"(a[i])::"memory");
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < KT; ++kk) {
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+      for (int nc = 0; nc < N / NC; ++nc) {
+        const unsigned long long db =
+            wgmma_operand_desc<B_ROWS, B_COLS, !TRANS_B, SWZ_B, TB>(b_base, nc * NC, kk * 16);
+        WgmmaRS<NC, T, TRANS_B ? 0 : 1>::run(C + (mi * NT + nc * (NC / 8)) * 4, a + (mi * KT + kk) * 4, db);
+      }
+    }
+  }
+  wgmma_commit_group();
+  wgmma_wait_group<PENDING>();
+#pragma unroll
+  for (int i = 0; i < MI * NT * 4; ++i) wgmma_fence_operand(C[i]);
+}
+
 // After a loop of wgmma_gemm_ss<..., PENDING = 1>: wait for the last group, then the NREGS accumulators are final.
 // Each accumulator is then rewritten by an exact identity (x + -0.0 == x, bit for bit, NaN kept): with only the
 // empty-asm fences, ptxas (CUDA 13.0) scheduled the epilogue's packed bf16 conversions (F2FP.BF16.F32.PACK_AB) of

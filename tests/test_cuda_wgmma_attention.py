@@ -1,0 +1,142 @@
+"""wgmma for flash attention's two products on sm_90a (issue 16, part 1), checked without a GPU.
+
+* index math: a ``wgmma`` fragment used as the A operand of a register-A wgmma (``tl::wgmma_gemm_rs``) hands the
+  instruction its registers as they are — the eight halves ``(mi * K/16 + kk) * 8 ..`` of a thread must be the
+  PTX ISA's m64 x k16 A fragment of m-block ``mi``, k-slice ``kk`` (warp ``w`` of the warpgroup: rows ``16 w +
+  l/4`` and ``+ 8``, columns ``2 (l % 4) + {0, 1}`` and ``+ 8``); the ``wgmma_row`` layout holds exactly the rows of
+  the accumulator registers ``row_reg`` maps to it;
+* codegen: the classic flash-attention program on sm_90a computes ``S = Q K^T`` with ``tl::wgmma_gemm_ss`` and
+  ``O += P V`` with ``tl::wgmma_gemm_rs`` (P from the softmax registers), its online softmax on the ``wgmma_row``
+  layout (quad shuffles); nvcc's SASS has HGMMA and no HMMA, without spills; a tile whose warpgroups would split N
+  keeps mma.sync with the reasons noted, as does ``pass_configs={"tl.cuda.wgmma": False}``.
+The results on a GPU are checked by the GPU suite (tests/gpu/test_kernels.py's attention cases).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tilelang_core.backend.cuda import codegen as cuda_codegen
+from tilelang_core.backend.cuda import find_nvcc
+from tilelang_core.jit import _normalize_out_idx, _param_specs
+from tilelang_core.jit.cuda import build_artifact
+from tilelang_core.pass_config import resolve
+from tilelang_core.transform.cuda.layouts import FragmentLayout
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).parent))
+from test_cuda_wgmma import _cuobjdump  # noqa: E402
+
+from examples import flash_attention  # noqa: E402
+
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found (set TILELANG_CORE_NVCC)")
+
+
+# -- index math ------------------------------------------------------------------------------------------------
+
+def _isa_a_fragment(warp_in_group: int, lane: int, i: int) -> tuple[int, int]:
+    """(row, column) inside an m64 x k16 A slice of half i (0..7) of a thread (PTX ISA, wgmma register fragment
+    of A for .f16/.bf16: the warps stacked along M, each a 16 x 16 mma-style A tile)."""
+    row = 16 * warp_in_group + lane // 4 + 8 * ((i // 2) % 2)
+    col = 2 * (lane % 4) + i % 2 + 8 * (i // 4)
+    return row, col
+
+
+@pytest.mark.parametrize("M,K,threads,wg_m", [(64, 64, 128, 1), (128, 64, 128, 1), (128, 128, 256, 2),
+                                              (256, 32, 256, 2)])
+def test_wgmma_fragment_registers_are_the_register_a_operand_of_each_k_slice(M, K, threads, wg_m):
+    lay = FragmentLayout.wgmma((M, K), threads, wg_m, 1)
+    mi_n, kt = M // wg_m // 64, K // 16
+    assert lay.num_regs == mi_n * kt * 8
+    for t in range(threads):
+        g, w, lane = t // 128, (t // 32) % 4, t % 32
+        for mi in range(mi_n):
+            for kk in range(kt):
+                for i in range(8):
+                    r, c = _isa_a_fragment(w, lane, i)
+                    want = ((mi * wg_m + g) * 64 + r, kk * 16 + c)
+                    assert lay.element_of(t, (mi * kt + kk) * 8 + i) == want, (t, mi, kk, i)
+
+
+@pytest.mark.parametrize("M,N,threads,wg_m", [(64, 64, 128, 1), (128, 64, 128, 1), (128, 128, 256, 2),
+                                              (256, 64, 256, 2)])
+def test_wgmma_row_layout_holds_the_rows_of_the_accumulator_registers(M, N, threads, wg_m):
+    acc = FragmentLayout.wgmma((M, N), threads, wg_m, 1)
+    rows = acc.row_layout()
+    assert rows.kind == "wgmma_row" and rows.shape == (M,) and rows.num_regs == M // wg_m // 64 * 2
+    held: dict[int, set[int]] = {}
+    for t in range(threads):
+        mine = {rows.element_of(t, r)[0] for r in range(rows.num_regs)}
+        assert len(mine) == rows.num_regs  # no row twice in one thread
+        for reg in range(acc.num_regs):
+            assert acc.element_of(t, reg)[0] == rows.element_of(t, acc.row_reg(reg))[0]
+        for row in mine:
+            held.setdefault(row, set()).add(t)
+    # every row lives in exactly the four lanes of one quad
+    assert sorted(held) == list(range(M))
+    assert all(len(ts) == 4 and len({t // 4 for t in ts}) == 1 for ts in held.values())
+    assert FragmentLayout.wgmma((M, N), threads, wg_m, 2 if threads >= 256 else 1).row_kind in (None, "wgmma_row")
+
+
+# -- codegen ---------------------------------------------------------------------------------------------------
+
+def _lower(args: tuple, kwargs: dict, arch: str = "sm_90a", pass_configs=None) -> tuple[list[str], str]:
+    func = flash_attention.flash_attention.get_program(*args, **kwargs)
+    seen = {}
+    mod = cuda_codegen.lower(func, record=lambda name, f, _s: seen.__setitem__(name, f), arch=arch,
+                             options=resolve(pass_configs))
+    stage = seen["tl.InferFragmentLayoutsCUDA"]
+    notes = [str(n) for n in stage.attrs["tl.wgmma_notes"]] if "tl.wgmma_notes" in stage.attrs else []
+    return notes, mod["main"].script()
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shape,cfg,dtype,rs,rows", [
+    ((1, 2, 250, 64, True), (64, 64, 2, 128), "float16", "tl::wgmma_gemm_rs<64, 64, 64, 1, 64, 0, 128>", 2),
+    ((1, 2, 512, 128, False), (128, 64, 2, 256), "bfloat16", "tl::wgmma_gemm_rs<128, 128, 64, 2, 128, 0, 128>", 2),
+    ((1, 2, 512, 128, True), (128, 64, 2, 128), "float16", "tl::wgmma_gemm_rs<128, 128, 64, 1, 128, 0, 128>", 4),
+])
+def test_flash_attention_on_sm90a_runs_both_products_on_wgmma(tmp_path, shape, cfg, dtype, rs, rows):
+    bm, bn, st, th = cfg
+    kwargs = {"block_M": bm, "block_N": bn, "num_stages": st, "threads": th, "dtype": dtype}
+    func = flash_attention.flash_attention.get_program(*shape, **kwargs)
+    art = build_artifact(func, tmp_path, {"kind": "cuda", "arch": "sm_90a"}, _param_specs(func),
+                         _normalize_out_idx([3], 4))
+    src = (tmp_path / art.sources["cuda"]).read_text()
+    assert f"tl::wgmma_gemm_ss<{bm}, {bn}, {shape[3]}," in src  # S = Q K^T from shared Q and K
+    assert rs in src  # O += P V: P from registers, V through a descriptor (MN-major: imm-trans-b)
+    assert f"tl::row_allreduce<tl::MaxOp, 1, {rows}>" in src and "block_allreduce" not in src
+    assert "acc_s_cast_smem" not in src and "tl::gemm_rs" not in src
+    info = art.extra["cuda"]["ptxas_info"]
+    assert "0 bytes spill stores" in info, info
+    dis = _cuobjdump()
+    if dis is None:
+        pytest.skip("no cuobjdump: the SASS check needs the disassembler")
+    sass = subprocess.run([dis, "-sass", str(tmp_path / art.extra["cuda"]["cubin"])], capture_output=True,
+                          text=True, check=True).stdout
+    assert re.search(r"HGMMA\.64x\d+x16\.F32", sass) and "HMMA" not in sass
+
+
+def test_flash_attention_whose_warpgroups_would_split_n_keeps_mma_sync_with_the_reasons():
+    # 64 query rows and two warpgroups: the only warpgroup grid for S is 1 x 2, which splits the rows' reductions
+    notes, text = _lower((1, 2, 256, 64, False), {"block_M": 64, "block_N": 64, "threads": 256,
+                                                 "dtype": "float16"})
+    assert "wgmma_gemm" not in text and "tl::gemm_ss<64, 64, 64, 4, 2," in text  # mma.sync, 4 x 2 warps
+    assert len(notes) == 2, notes
+    assert "warpgroups would split N" in notes[0]
+    assert "register-A wgmma needs the 2 warpgroup(s) along M" in notes[1]
+
+
+def test_flash_attention_keeps_mma_sync_when_wgmma_is_switched_off():
+    notes, text = _lower((1, 2, 256, 64, False), {"block_M": 64, "block_N": 64, "dtype": "float16"},
+                         pass_configs={"tl.cuda.wgmma": False})
+    assert "wgmma_gemm" not in text and "tl::gemm_rs" in text
+    assert len(notes) == 2 and all("'tl.cuda.wgmma' is False" in n for n in notes)
+    notes80, text80 = _lower((1, 2, 256, 64, False), {"block_M": 64, "block_N": 64, "dtype": "float16"}, "sm_80")
+    assert notes80 == [] and "wgmma_gemm" not in text80 and "tl::gemm_rs" in text80
