@@ -25,6 +25,7 @@ the defaults file are written there so they come back; commit the file as tilela
     PYTHONPATH=/tmp/site python3 bench/gpu/h200_defaults_sweep.py [--dtypes float16 bfloat16]
         [--shapes 4096x4096x4096 ...] [--level quick|full] [--budget 230] [--workers N] [--db F] [--out F]
     python bench/gpu/h200_defaults_sweep.py --dry-run [--dry-configs 2]   # no GPU: space sizes, compile 2 configs
+    python bench/gpu/h200_defaults_sweep.py --dry-run --dry-all-forms     # ... one config of every form (~70)
 
 Python 3.12, torch 2.11, no IPython needed. ``--budget`` (seconds, default 230) skips the problems not yet started
 once the sweep has run that long, so a run stays inside its GPU time; what was measured is still written.
@@ -114,6 +115,21 @@ def describe(m: Any) -> str:
     return f"  {label(m.config)}: {m.latency_ms * 1e3:8.1f} us  {ratio}{check}  {regs}  {comp}{stage}"
 
 
+def kind_of(c: dict[str, Any]) -> int:
+    """0 plain, 1 producer-less, 2 other pass_configs (persistent, split-K), 3 three warpgroups."""
+    pcs = c.get("pass_configs") or {}
+    if c["threads"] == 384:
+        return 3
+    return 1 if "tl.disable_warp_specialized" in pcs else 2 if pcs else 0
+
+
+def one_of_each_kind(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``configs`` reordered: the first of each :func:`kind_of` kind, in kind order, then the rest."""
+    firsts = [next((i for i, c in enumerate(configs) if kind_of(c) == k), None) for k in range(4)]
+    order = dict.fromkeys([i for i in firsts if i is not None] + list(range(len(configs))))
+    return [configs[i] for i in order]
+
+
 def dry_run(args: argparse.Namespace, probs: list[dict[str, Any]], log: Log) -> int:
     """Space sizes per problem (and what the filters dropped), then a real sm_90a build of a few configurations
     of different forms — no GPU needed."""
@@ -130,27 +146,31 @@ def dry_run(args: argparse.Namespace, probs: list[dict[str, Any]], log: Log) -> 
         log(f"{prob['M']}x{prob['N']}x{prob['K']} {prob['dtype']}: {counts['kept']} configs (dropped: {dropped})")
     log(f"space: {total} configs in all; about {total * SECONDS_PER_CONFIG:.0f} s of GPU time at "
         f"{SECONDS_PER_CONFIG} s a config")
-    first = probs[0]
-    configs = space_for(first, args.level)
-    picks: list[dict[str, Any]] = []
-    for want in (lambda c: "pass_configs" not in c, lambda c: "pass_configs" in c, lambda c: c["threads"] == 384):
-        pick = next((c for c in configs if want(c) and c not in picks), None)
-        if pick is not None:
-            picks.append(pick)
+    jobs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    for prob in probs if args.dry_all_forms else probs[:1]:
+        forms: dict[str, dict[str, Any]] = {}  # one configuration per (threads, pass_configs)
+        for c in space_for(prob, args.level):
+            forms.setdefault(f"{c['threads']} {json.dumps(c.get('pass_configs', {}), sort_keys=True)}", c)
+        picks = list(forms.values())
+        if not args.dry_all_forms:
+            picks = one_of_each_kind(picks)[: args.dry_configs]
+        jobs += [(prob, c) for c in picks]
     jf = jitted(matmul_relu, [-1], "cuda")
     failed = 0
-    for c in picks[: args.dry_configs]:
+    for prob, c in jobs:
         t0 = time.perf_counter()
+        name = f"{prob['M']}x{prob['N']}x{prob['K']} {prob['dtype']} {label(c)}"
         try:
-            kernel = compile_config(jf, {**first, **c})
+            kernel = compile_config(jf, {**prob, **c})
         except Exception as e:  # noqa: BLE001 - report the configuration and go on
             failed += 1
-            log(f"  {label(c)}: COMPILE FAILED: {str(e).splitlines()[0][:200]}")
+            log(f"  {name}: COMPILE FAILED: {str(e).splitlines()[0][:200]}")
             continue
         r = kernel.resources()
-        log(f"  {label(c)}: compiled for {kernel.target.get('arch')} in {time.perf_counter() - t0:.1f} s: "
+        log(f"  {name}: compiled for {kernel.target.get('arch')} in {time.perf_counter() - t0:.1f} s: "
             f"{r.threads} threads, {r.registers} registers, spills {r.spill_stores}/{r.spill_loads}, "
             f"{r.dynamic_smem} B dynamic shared memory")
+    log(f"compiled {len(jobs) - failed} of {len(jobs)}")
     return 1 if failed else 0
 
 
@@ -245,7 +265,9 @@ def main(argv: list[str] | None = None) -> int:
                    ROOT / "tilelang_core" / "autotune" / "data" / "defaults.json")
     p.add_argument("--log", type=Path, default=(out_dir or Path(tempfile.gettempdir())) / "h200_defaults_sweep.log")
     p.add_argument("--dry-run", action="store_true", help="no GPU: print the space, compile --dry-configs configs")
-    p.add_argument("--dry-configs", type=int, default=2)
+    p.add_argument("--dry-configs", type=int, default=2, help="dry run: configs of the first problem to compile")
+    p.add_argument("--dry-all-forms", action="store_true",
+                   help="dry run: compile one config of every form (threads, pass_configs) of every problem")
     args = p.parse_args(argv)
     os.environ.setdefault("TILELANG_CORE_CACHE_DIR", tempfile.mkdtemp(prefix="h200_defaults_cache_"))
     log = Log(args.log)
