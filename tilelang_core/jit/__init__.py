@@ -292,6 +292,7 @@ def _build_cpu(func: Any, target: Any, tgt: dict[str, Any], specs: list[Any], ou
     """Lower, generate and link ``func`` into the folder ``tmp``; returns its artifact (meta.json written)."""
     from ..backend import cpu as cpu_backend
     from ..runtime.artifact import Artifact, sha256_file
+    from ..transform.common.notes import read_notes
 
     try:
         mod = cpu_backend.lower(func)
@@ -312,7 +313,7 @@ def _build_cpu(func: Any, target: Any, tgt: dict[str, Any], specs: list[Any], ou
                    library_sha256=sha256_file(build.library),
                    extra={"name": name or "main", "config": {k: repr(v) for k, v in (config or {}).items()},
                           "link_command": build.link_command, "llvm_target": build.llvm_target,
-                          "llvm_version": build.llvm_version,
+                          "llvm_version": build.llvm_version, "notes": read_notes(mod),
                           "pass_configs": opts.pass_configs.explicit()})
     art.write_meta()
     return art

@@ -16,6 +16,7 @@ from .common.imported_sources import collect_imported_sources
 from .common.layout_annotations import apply_index_layouts, collect_layout_annotations
 from .common.nan_skipping_minmax import nan_skipping_minmax
 from .common.promote_index_int64 import check_index_extents, promote_index_int64
+from .common.split_masked_iterations import split_masked_iterations
 from .common.validate_tile_ops import validate_tile_ops
 from .cpu.check_extern_calls_cpu import check_extern_calls_cpu
 from .cpu.clamp_guarded_loops_cpu import clamp_guarded_loops_cpu
@@ -39,6 +40,7 @@ def cpu_passes(vector_bytes: int) -> list[tuple[str, Any]]:
         ("tl.CheckExternCallsCPU", check_extern_calls_cpu),
         ("tl.CollectLayoutAnnotations", collect_layout_annotations),
         ("tl.CheckIndexExtents", check_index_extents),
+        ("tl.SplitMaskedIterations", split_masked_iterations),
         ("tl.LowerKernelGridCPU", lower_kernel_grid_cpu),
         ("tl.LowerTileOpsCPU", lambda f: lower_tile_ops_cpu(f, vector_bytes)),
         ("tl.SplitDivModCPU", split_div_mod_cpu),
@@ -84,6 +86,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
         ("tl.CollectImportedSources", collect_imported_sources),
         ("tl.CollectLayoutAnnotations", collect_layout_annotations),
         ("tl.CheckIndexExtents", check_index_extents),
+        ("tl.SplitMaskedIterations", split_masked_iterations),
         ("tl.Bf16ScalarParams", bf16_scalar_params),
         ("tl.LowerKernelLaunchCUDA", lower_kernel_launch_cuda),
         ("tl.LowerGlobalWorkspacesCUDA", lower_global_workspaces_cuda),
