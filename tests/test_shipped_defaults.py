@@ -210,18 +210,18 @@ def test_the_sweep_scripts_dry_run_prints_the_space_and_compiles_a_config(tmp_pa
 
 
 def test_a_jit_call_without_its_tuning_arguments_gets_the_users_best(tmp_path, monkeypatch):
-    from tilelang_core.autotune.defaults import call_with_defaults
-
     monkeypatch.setenv("TILELANG_CORE_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TILELANG_CORE_TUNING_DB", str(tmp_path / "mine.sqlite3"))
     tuned = {"block_M": 16, "block_N": 32, "block_K": 16, "num_stages": 1, "threads": 64}
     prob = problem(64, 96, 32, "float32")
     TuningDB().record(row(prob, tuned, device=device_name("cpu"), target="cpu", arch="")[0])
     jf = tilelang_core.jit(out_idx=[-1], target="cpu")(matmul_relu.factory)
-    kernel = call_with_defaults(jf, (64, 96, 32), {"dtype": "float32"})
+    kernel = jf(64, 96, 32, dtype="float32")  # block_M, block_N, block_K left out
     assert kernel.tuning_default.source == "db"
     assert {k: kernel.config[k] for k in tuned} == tuned
     a, b = torch.randn(64, 32), torch.randn(32, 96)
     torch.testing.assert_close(kernel(a, b), reference(a, b), rtol=1e-4, atol=1e-4)
-    assert call_with_defaults(jf, (64, 96), {}) is None  # a problem argument (K) is missing: not a tuning default
-    assert call_with_defaults(jf, (128, 96, 32), {"dtype": "float32"}) is None  # no CPU row ships, none of mine
+    with pytest.raises(TypeError, match="matmul_relu: missing a required argument: 'K'"):
+        jf(64, 96)  # a problem argument is missing: not a tuning default's business
+    with pytest.raises(TypeError, match="missing a required argument: 'block_M'"):
+        jf(128, 96, 32, dtype="float32")  # no CPU row ships and none of mine is for this problem

@@ -343,7 +343,15 @@ class JITFactory:
         return dict(ba.arguments)
 
     def __call__(self, *args: Any, **kwargs: Any) -> JITKernel:
-        config = self._bind(args, kwargs)
+        try:
+            config = self._bind(args, kwargs)
+        except TypeError:  # only tuning arguments left out: the user's best or the shipped default, if known
+            from ..autotune.defaults import call_with_defaults
+
+            kernel = call_with_defaults(self, args, kwargs)
+            if kernel is None:
+                raise
+            return kernel
         try:
             mkey = (tuple((k, repr(v)) for k, v in config.items()), repr(self.target), self.options.key())
         except Exception:  # noqa: BLE001
