@@ -63,7 +63,10 @@ def _worker_name() -> str:
 
 
 class _StartClock:
-    """Where compile tasks say they have started (imports done); the driver takes the keys on each poll."""
+    """Where compile tasks say they have started (imports done). The driver asks for the keys after the ones it
+    has read (``since``); a reply it never reads (a ``ray.get`` that timed out while this actor was still starting)
+    loses no key: the next question gets it again. An earlier ``take()`` that emptied the list on every call lost
+    the keys of such a reply, and their tasks ran into the start allowance (300 s) instead of their limit."""
 
     def __init__(self) -> None:
         self._keys: list[int] = []
@@ -71,9 +74,8 @@ class _StartClock:
     def started(self, key: int) -> None:
         self._keys.append(key)
 
-    def take(self) -> list[int]:
-        keys, self._keys = self._keys, []
-        return keys
+    def take(self, since: int = 0) -> list[int]:
+        return self._keys[since:]
 
 
 def _compile(job: Any, index: int, call: dict[str, Any], clock: Any = None, key: int = 0) -> Any:
@@ -141,6 +143,8 @@ class RayExecutor(Executor):
         self._clock: Any = None  # the _StartClock actor of this sweep
         self._keys: dict[int, Any] = {}  # start key -> compile ref not yet started
         self._key_of: dict[Any, int] = {}
+        self._keys_read = 0  # how many start keys this sweep's clock has reported to the driver
+        self._take: Any = None  # the clock's reply not read yet
         self._submitted: dict[Any, float] = {}  # compile ref -> when it was submitted
         self._next_key = 0
         self._job: Any = None
@@ -167,6 +171,7 @@ class RayExecutor(Executor):
         self._compile_slots = max(1, cpus - (0 if self._gpu else n))  # CPU timing actors hold a CPU each
         self._kill_actors()
         self._clock = _remotes()["clock"].remote()
+        self._keys_read, self._take = 0, None
         self.workers = {}
         for _ in range(n):
             self._new_actor()
@@ -262,10 +267,16 @@ class RayExecutor(Executor):
         if not self._keys or self._clock is None:
             return
         ray = _ray()
+        if self._take is None:
+            self._take = self._clock.take.remote(self._keys_read)
+        if not ray.wait([self._take], timeout=0)[0]:
+            return  # the clock actor is still starting or busy: this reply is read at a later poll
+        reply, self._take = self._take, None
         try:
-            keys = ray.get(self._clock.take.remote(), timeout=10)
-        except Exception:  # noqa: BLE001 - the clock actor is slow or gone: next poll (the allowance still holds)
+            keys = ray.get(reply)
+        except Exception:  # noqa: BLE001 - the clock actor is gone: the start allowance still holds
             return
+        self._keys_read += len(keys)
         for key in keys:
             ref = self._keys.pop(key, None)
             if ref is not None and ref in self._refs:
@@ -375,6 +386,7 @@ class RayExecutor(Executor):
             except Exception:  # noqa: BLE001 - already gone
                 pass
             self._clock = None
+        self._keys_read, self._take = 0, None
 
     def close(self) -> None:
         self._queue.clear()
