@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -292,7 +293,10 @@ def call_with_defaults(jf: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
     missing = [n for n, p in sig.parameters.items() if p.default is p.empty and n not in given]
     if not missing or not all(is_tunable(n) for n in missing):
         return None
-    found = default_config(jf, given, getattr(jf, "target", None))
+    try:
+        found = default_config(jf, given, getattr(jf, "target", None))
+    except (sqlite3.Error, OSError):  # an unreadable tuning database: no default, the caller's TypeError stands
+        return None
     if found is None or not set(missing) <= set(found.config):
         return None
     kernel = compile_config(jf, {**found.config, **given})
