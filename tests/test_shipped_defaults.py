@@ -225,3 +225,10 @@ def test_a_jit_call_without_its_tuning_arguments_gets_the_users_best(tmp_path, m
         jf(64, 96)  # a problem argument is missing: not a tuning default's business
     with pytest.raises(TypeError, match="missing a required argument: 'block_M'"):
         jf(128, 96, 32, dtype="float32")  # no CPU row ships and none of mine is for this problem
+
+
+def test_bad_arguments_to_the_lookup_are_named(shipped):
+    with pytest.raises(TypeError, match="args must be a dict"):
+        default_config(matmul_relu, [4096, 4096, 4096], "cuda", shipped=shipped, db=False)
+    with pytest.raises(ValueError, match="'m' is not an argument of matmul_relu"):
+        default_config(matmul_relu, {"m": 4096, "N": 4096, "K": 4096}, "cuda", shipped=shipped, db=False)

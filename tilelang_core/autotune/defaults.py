@@ -214,6 +214,19 @@ def _database(db: Any) -> TuningDB | None:
     return db if isinstance(db, TuningDB) else TuningDB(db)
 
 
+def _check_args(caller: str, factory: Any, args: Any) -> None:
+    import inspect
+
+    if not isinstance(args, dict):
+        raise TypeError(f"{caller}: args must be a dict of the problem's arguments (M=..., N=..., ...), got "
+                        f"{type(args).__name__}")
+    params = inspect.signature(getattr(factory, "factory", factory)).parameters
+    unknown = [k for k in args if k not in params and k != PASS_CONFIGS]
+    if unknown and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        raise ValueError(f"{caller}: {', '.join(map(repr, unknown))} is not an argument of "
+                         f"{kernel_identity(factory)[0]} (its arguments: {', '.join(params)})")
+
+
 def default_config(factory: Any, args: dict[str, Any], target: Any = None, *, device: str | None = THIS_DEVICE,
                    db: Any = True, shipped: Any = True) -> Default | None:
     """The configuration to compile ``factory`` with for the problem ``args`` on ``target`` when none is given:
@@ -225,6 +238,7 @@ def default_config(factory: Any, args: dict[str, Any], target: Any = None, *, de
     rest. ``Default.config`` holds the tuned arguments (and ``pass_configs``) only."""
     from ..machine import device_name
 
+    _check_args("default_config", factory, args)
     kind, arch = _where(target if target is not None else getattr(factory, "target", "auto"))
     name, _module, source_hash = kernel_identity(factory)
     problem = {k: v for k, v in factory_args(factory, args).items() if k in args or not is_tunable(k)}
