@@ -314,8 +314,11 @@ def run_sweep(args: argparse.Namespace, log: Log) -> int:
             result = tune(matmul_relu, configs, args=prob, ref=reference, rtol=RTOL, atol=ATOL, target="cuda",
                           executor=executor, db=db, progress=False, warmup=args.warmup, rep=args.rep,
                           on_result=lambda m: log(describe(m)))
+            compiles = sorted(m.compile_s for m in result.measurements if m.compile_s is not None)
+            median_compile = f"{statistics.median(compiles):.2f} s" if compiles else "?"
             log(f"  swept in {time.perf_counter() - t0:.1f} s: {sum(m.ok for m in result.measurements)} passed, "
-                f"{result.pruned} early-stopped, {len(result.failures)} failed; cuBLAS {result.reference_ms} ms")
+                f"{result.pruned} early-stopped, {len(result.failures)} failed; cuBLAS {result.reference_ms} ms; "
+                f"compile per config: median {median_compile}, max {compiles[-1] if compiles else '?'} s")
             for m in result.finals:
                 log("  final:" + describe(m)[1:])
             clean_retime(result, prob, db, args.clean_top, args.clean_rep, log)
