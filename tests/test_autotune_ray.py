@@ -20,23 +20,36 @@ ray = pytest.importorskip("ray", reason="Ray is the optional extra '.[ray]' (scr
 from ray.cluster_utils import Cluster  # noqa: E402
 
 STARTS = 3  # Ray 2.60 gives a node a fixed 30 s to register; a busy 2-core machine sometimes needs another go
+# first on the cluster's path: an rfc3987_syntax that is absent (its 3 s import made the raylet abort; ray_site/)
+RAY_SITE = Path(__file__).resolve().parent / "ray_site"
 
 
 def start_cluster() -> Cluster:
     """A head node (2 CPUs) and one more worker node (1 CPU) on this host; Ray picks the host's own address
-    (node_ip_address="127.0.0.1" made Ray 2.60's nodes time out here)."""
-    for attempt in range(STARTS):
-        c = None
-        try:
-            c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
-            c.add_node(num_cpus=1)
-            return c
-        except Exception as e:
-            if c is not None:
-                c.shutdown()
-            if "timed out during startup" not in str(e) or attempt == STARTS - 1:
-                raise
-    raise AssertionError("unreachable")
+    (node_ip_address="127.0.0.1" made Ray 2.60's nodes time out here). What made starts flaky: each node's raylet
+    waits a fixed 15 s for its dashboard agent's port file, and the agent's ``import ray`` spent ~3 s of CPU building
+    jsonschema's optional IRI grammar: at load 5-6 on 2 cores it took 15.4 s and the raylet aborted (4 of 4 starts
+    measured), without it 3-7 s (2 of 2 started). The processes the nodes start inherit ``PYTHONPATH``."""
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(RAY_SITE), *([old] if old else [])])
+    try:
+        for attempt in range(STARTS):
+            c = None
+            try:
+                c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+                c.add_node(num_cpus=1)
+                return c
+            except Exception as e:
+                if c is not None:
+                    c.shutdown()
+                if "timed out during startup" not in str(e) or attempt == STARTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +65,25 @@ def cluster(tmp_path_factory):
         finally:
             ray.shutdown()
             c.shutdown()
+
+
+def test_the_cluster_processes_start_without_the_iri_grammar(cluster):
+    # what made node starts flaky (start_cluster): the dashboard agents and workers the raylets start import ray
+    # without building jsonschema's optional IRI grammar
+    @ray.remote
+    def imported() -> tuple[bool, bool]:
+        import sys
+
+        return "ray" in sys.modules, "rfc3987_syntax" in sys.modules
+
+    assert ray.get(imported.remote()) == (True, False)
+    # the raylets start the agents and workers with their own environment (an agent's /proc environ is not
+    # readable once it has retitled itself)
+    for node in cluster.list_all_nodes():
+        pid = node.all_processes["raylet"][0].process.pid
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        path = next((v.decode() for v in env if v.startswith(b"PYTHONPATH=")), "")
+        assert path.startswith(f"PYTHONPATH={RAY_SITE}"), (pid, path)
 
 
 def ray_task_pids(name: str) -> list[int]:
