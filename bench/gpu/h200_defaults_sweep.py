@@ -318,7 +318,7 @@ def run_sweep(args: argparse.Namespace, log: Log) -> int:
             median_compile = f"{statistics.median(compiles):.2f} s" if compiles else "?"
             log(f"  swept in {time.perf_counter() - t0:.1f} s: {sum(m.ok for m in result.measurements)} passed, "
                 f"{result.pruned} early-stopped, {len(result.failures)} failed; cuBLAS {result.reference_ms} ms; "
-                f"compile per config: median {median_compile}, max {compiles[-1] if compiles else '?'} s")
+                f"compile per config: median {median_compile}, max {f'{compiles[-1]:.2f} s' if compiles else '?'}")
             for m in result.finals:
                 log("  final:" + describe(m)[1:])
             clean_retime(result, prob, db, args.clean_top, args.clean_rep, log)
