@@ -97,13 +97,21 @@ def test_cuda_source_of_causal_attention_selects_minus_infinity_only_in_the_mask
     from tilelang_core.jit import _normalize_out_idx, _param_specs
     from tilelang_core.jit.cuda import build_artifact
 
-    func = fa.flash_attention.get_program(1, 2, 250, 64, True, dtype="float16", num_stages=2)
-    specs = _param_specs(func)
-    build_artifact(func, tmp_path, {"kind": "cuda", "arch": "sm_90"}, specs,
-                   _normalize_out_idx(fa.flash_attention.out_idx, len(specs)), compile_cubin=False)
-    src = (tmp_path / "kernel.cu").read_text()
+    def source(out, pass_configs=None):
+        out.mkdir()
+        func = fa.flash_attention.get_program(1, 2, 250, 64, True, dtype="float16", num_stages=2)
+        specs = _param_specs(func)
+        build_artifact(func, out, {"kind": "cuda", "arch": "sm_90"}, specs,
+                       _normalize_out_idx(fa.flash_attention.out_idx, len(specs)), compile_cubin=False,
+                       pass_configs=pass_configs)
+        return (out / "kernel.cu").read_text()
+
+    src = source(tmp_path / "split")
     head = "if (k < ((int)blockIdx.x)) {"
     assert src.count(head) == 1, src
+    # pass_configs tl.cuda.split_masked_iterations=False (for A/B timing on the GPU host): the mask as written
+    whole = source(tmp_path / "whole", {"tl.cuda.split_masked_iterations": False})
+    assert head not in whole and whole.count("-CUDART_INF_F") >= src.count("-CUDART_INF_F")
     unmasked, _, rest = src.split(head, 1)[1].partition("} else {")
     masked = rest[:rest.index("tl::gemm")] if "tl::gemm" in rest else rest
     assert "CUDART_INF_F" not in unmasked and "condval" not in unmasked and "acc_s" in unmasked

@@ -49,6 +49,7 @@ class PassConfigKey:
     TL_CUDA_TMA_RELEASE = "tl.cuda.tma_release"
     TL_CUDA_SETMAXNREG = "tl.cuda.setmaxnreg"
     TL_CUDA_PERSISTENT = "tl.cuda.persistent"
+    TL_CUDA_SPLIT_MASKED_ITERATIONS = "tl.cuda.split_masked_iterations"
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,9 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "template (cp.async + ldmatrix + mma.sync); False keeps the generic pipelined loop"),
     Option(K.TL_CUDA_STREAMING_LOADS, "bool", True, "CUDA: evict-first (__ldcs) loads for inputs read once in a "
            "read-dominated kernel (a cache hint: results are unchanged)"),
+    Option(K.TL_CUDA_SPLIT_MASKED_ITERATIONS, "bool", True, "CUDA: a T.Parallel mask affine in a serial loop's "
+           "variable (causal, ragged) tested per element only on the iterations where it can be false "
+           "(tl.SplitMaskedIterations); False tests it on every iteration, as written (for A/B timing)"),
     Option(K.TL_CUDA_WGMMA, "bool", True, "CUDA sm_90a: T.gemm of shared tiles as Hopper wgmma.mma_async "
            "(warpgroups, swizzled shared layouts); False keeps mma.sync (the reason is noted in the trace)"),
     Option(K.TL_CUDA_WGMMA_PIPELINE, "bool", True, "CUDA sm_90a: in a T.Pipelined loop (num_stages >= 3) whose "

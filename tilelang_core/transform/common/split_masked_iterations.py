@@ -339,7 +339,10 @@ class _SplitMaskedIterations(Rewriter):
         e = _as_nonnegative(atom)
         if e is None:
             return "it is not an integer comparison"
-        coeffs = tvm.sym.detect_linear_equation(e, [k])
+        try:
+            coeffs = tvm.sym.detect_linear_equation(e, [k])
+        except Exception:  # noqa: BLE001 - an expression the linear analysis does not take
+            coeffs = []
         if len(coeffs) != 2:
             return "it is not affine in the loop variable"
         c, rest = coeffs[0], coeffs[1]
