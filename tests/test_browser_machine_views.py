@@ -4,8 +4,9 @@ A notebook compiles a CUDA GEMM with ``%%tilekernel --target cuda`` (no GPU need
 summary's "SASS by line" tab, picks the ``T.gemm`` line in the list as a user would, and checks that the pane
 highlights that line's instructions and that they are HGMMA, that the instruction-mix table and the tuning panel's
 resources table read fully (nothing clipped or scrolled at a 1400 px page with the file browser open); then opens
-the Diff tab and reads a side-by-side table. A screenshot goes to ``.artifacts/browser/``. Needs ``apt-get install chromium`` and ``pip install -e
-'.[browser]'``; skipped without them, except in CI (``CI`` set), where their absence is a failure.
+the Diff tab and reads a side-by-side table. A screenshot goes to ``.artifacts/browser/``. Needs ``apt-get install
+chromium`` and ``pip install -e '.[browser]'``; skipped without them, except in CI (``CI`` set), where their absence
+is a failure.
 """
 
 from __future__ import annotations
