@@ -28,8 +28,9 @@ def start_cluster() -> Cluster:
     """A head node (2 CPUs) and one more worker node (1 CPU) on this host; Ray picks the host's own address
     (node_ip_address="127.0.0.1" made Ray 2.60's nodes time out here). What made starts flaky: each node's raylet
     waits a fixed 15 s for its dashboard agent's port file, and the agent's ``import ray`` spent ~3 s of CPU building
-    jsonschema's optional IRI grammar: at load 5-6 on 2 cores it took 15.4 s and the raylet aborted (4 of 4 starts
-    measured), without it 3-7 s (2 of 2 started). The processes the nodes start inherit ``PYTHONPATH``."""
+    jsonschema's optional IRI grammar: at load 6 on 2 cores it took 15.4 s and the raylet aborted (2 of 2 starts
+    measured), without it 3-7 s (2 of 2 started); this machine's Ray logs of the day: 31 of 69 head raylets never
+    came up, each waiting for that file. The processes the nodes start inherit ``PYTHONPATH``."""
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(RAY_SITE), *([old] if old else [])])
     try:
