@@ -60,6 +60,76 @@ def run_isolated() -> Callable[..., None]:
     return _run_isolated
 
 
+_MARK = "@@isolated"
+
+
+def _run_isolated_together(funcs: list[Callable[[], None]], timeout: float = 300) -> IsolatedResults:
+    """Call the module-level checks ``funcs`` (all of one test module) one after another in ONE fresh interpreter;
+    return, by function name, ``None`` for a check that passed, else what went wrong: its traceback, the signal
+    that killed the interpreter while it ran, or that an earlier check's crash stopped it from running. A child
+    interpreter costs its imports of torch and TVM (4-5 s on CI's 2 cores, 12 s at load 6): one per module
+    instead of one per check, and a crash still fails only the checks it stopped."""
+    module = funcs[0].__module__
+    assert all(f.__module__ == module for f in funcs), "run_isolated_together: checks of one module only"
+    names = [f.__name__ for f in funcs]
+    code = (
+        "import faulthandler, sys, traceback\n"
+        "faulthandler.enable()\n"
+        f"sys.path.insert(0, {str(TESTS_DIR)!r})\n"
+        f"import {module} as m\n"
+        f"for name in {names!r}:\n"
+        f"    print({_MARK!r}, 'start', name, flush=True)\n"
+        "    try:\n"
+        "        getattr(m, name)()\n"
+        "    except BaseException:\n"
+        "        traceback.print_exc(file=sys.stdout)\n"
+        f"        print({_MARK!r}, 'fail', name, flush=True)\n"
+        "    else:\n"
+        f"        print({_MARK!r}, 'ok', name, flush=True)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    outcome = IsolatedResults()
+    running, lines = None, []
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == _MARK:
+            _, what, name = parts
+            if what == "start":
+                running, lines = name, []
+            else:
+                outcome[name] = None if what == "ok" else "\n".join(lines)[-4000:]
+                running = None
+        else:
+            lines.append(line)
+    died = (f"crashed the interpreter with {signal.Signals(-proc.returncode).name}" if proc.returncode < 0
+            else f"the interpreter exited with code {proc.returncode}")
+    for name in names:
+        if name in outcome:
+            continue
+        if name == running:
+            outcome[name] = f"{died} while it ran:\n" + "\n".join(lines)[-2000:] + "\n" + proc.stderr[-4000:]
+        else:
+            outcome[name] = f"not run: {died} before it ({running or 'at import'}):\n{proc.stderr[-4000:]}"
+    return outcome
+
+
+class IsolatedResults(dict):
+    """What :func:`_run_isolated_together` found, by check name; ``.check(func)`` fails the calling test with
+    ``func``'s failure (nothing if it passed)."""
+
+    def check(self, func: Callable[[], None]) -> None:
+        message = self[func.__name__]
+        if message is not None:
+            pytest.fail(f"{func.__name__} failed in the child interpreter:\n{message}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def run_isolated_together() -> Callable[..., IsolatedResults]:
+    """``run_isolated_together([fn, ...])``: a module's checks in one child process (a module-scoped fixture of
+    that module calls it; each test then calls ``results.check(fn)``)."""
+    return _run_isolated_together
+
+
 @pytest.fixture(scope="session")
 def jupyter_lab(tmp_path_factory: pytest.TempPathFactory):
     """A JupyterLab server (tests/labdriver.py) for the whole session, serving a fresh folder; a test file copies or

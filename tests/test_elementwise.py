@@ -193,9 +193,16 @@ def check_elementwise_offset_views_at_any_alignment():
         torch.testing.assert_close(c, a + b, rtol=0, atol=0)
 
 
-def test_elementwise_numpy_inputs_and_outputs_at_any_alignment_match_numpy(run_isolated):
-    run_isolated(check_elementwise_numpy_inputs_and_output_at_any_alignment)
+@pytest.fixture(scope="module")
+def child_results(run_isolated_together):
+    """The alignment checks in one child interpreter (a crash fails the checks it stopped, not the run)."""
+    return run_isolated_together([check_elementwise_numpy_inputs_and_output_at_any_alignment,
+                                  check_elementwise_offset_views_at_any_alignment])
 
 
-def test_elementwise_contiguous_offset_views_match_torch(run_isolated):
-    run_isolated(check_elementwise_offset_views_at_any_alignment)
+def test_elementwise_numpy_inputs_and_outputs_at_any_alignment_match_numpy(child_results):
+    child_results.check(check_elementwise_numpy_inputs_and_output_at_any_alignment)
+
+
+def test_elementwise_contiguous_offset_views_match_torch(child_results):
+    child_results.check(check_elementwise_offset_views_at_any_alignment)

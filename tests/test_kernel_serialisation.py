@@ -1,5 +1,6 @@
 """Pickling or copying a compiled kernel raises a clear TypeError (it used to segfault the interpreter while
-serialising the TVM program); the kernel keeps working afterwards. Each check runs in a child process."""
+serialising the TVM program); the kernel keeps working afterwards. The checks run in a child process (one for
+the three)."""
 
 from __future__ import annotations
 
@@ -46,7 +47,15 @@ def check_copy_refused() -> None:
     _check_refused(copy.copy, "pickled or copied")
 
 
-@pytest.mark.parametrize("check", [check_pickle_refused, check_deepcopy_refused, check_copy_refused],
-                         ids=["pickle", "deepcopy", "copy"])
-def test_pickling_or_copying_a_kernel_raises_type_error_not_a_crash(run_isolated, check):
-    run_isolated(check)
+CHECKS = [check_pickle_refused, check_deepcopy_refused, check_copy_refused]
+
+
+@pytest.fixture(scope="module")
+def child_results(run_isolated_together):
+    """The three checks in one child interpreter (a crash fails the checks it stopped, not the run)."""
+    return run_isolated_together(CHECKS)
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=["pickle", "deepcopy", "copy"])
+def test_pickling_or_copying_a_kernel_raises_type_error_not_a_crash(child_results, check):
+    child_results.check(check)

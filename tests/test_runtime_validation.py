@@ -217,16 +217,24 @@ def check_numpy_output_is_written_in_place():
         np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
 
 
-def test_numpy_inputs_at_any_alignment_match_torch(run_isolated):
-    run_isolated(check_numpy_inputs_at_any_alignment_match_torch)
+@pytest.fixture(scope="module")
+def child_results(run_isolated_together):
+    """The alignment checks in one child interpreter (a crash fails the checks it stopped, not the run)."""
+    return run_isolated_together([check_numpy_inputs_at_any_alignment_match_torch,
+                                  check_contiguous_torch_views_at_any_alignment_match_torch,
+                                  check_numpy_output_is_written_in_place])
 
 
-def test_contiguous_torch_views_at_any_alignment_match_torch(run_isolated):
-    run_isolated(check_contiguous_torch_views_at_any_alignment_match_torch)
+def test_numpy_inputs_at_any_alignment_match_torch(child_results):
+    child_results.check(check_numpy_inputs_at_any_alignment_match_torch)
 
 
-def test_numpy_output_array_is_written_in_place_zero_copy(run_isolated):
-    run_isolated(check_numpy_output_is_written_in_place)
+def test_contiguous_torch_views_at_any_alignment_match_torch(child_results):
+    child_results.check(check_contiguous_torch_views_at_any_alignment_match_torch)
+
+
+def test_numpy_output_array_is_written_in_place_zero_copy(child_results):
+    child_results.check(check_numpy_output_is_written_in_place)
 
 
 def test_64_byte_aligned_numpy_inputs_are_accepted_zero_copy(kernel):
