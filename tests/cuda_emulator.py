@@ -7,7 +7,11 @@ a block's threads stepping together from one ``__syncthreads()`` to the next; ve
 (a scatter of several lanes to one address keeps the last lane, as the generated ``x[v.x] = ...; x[v.y] = ...``
 does); float32/float16 arithmetic in numpy's IEEE types, bfloat16 rounded to nearest even on every cast and store;
 ``tl::block_allreduce`` and ``tl::row_allreduce`` replayed step by step from ``include/tl/reduce.cuh`` (xor
-shuffles, the barriers and the shared scratch). The emulator also reports what a GPU would not show reliably:
+shuffles, the barriers and the shared scratch); ``tl::wgmma_gemm_ss`` / ``tl::wgmma_gemm_rs`` (sm_90a) issued by all
+the block's threads together, A and B read from the shared tiles through the wgmma swizzled layouts their
+descriptors describe (A from the threads' registers in the ``wgmma`` layout for the register-A form), the
+accumulators in the ``wgmma`` layout. A wgmma group is complete when issued: the emulator does not model a group
+left in flight (``PENDING = 1``) reading a stage after the call returns, nor TMA or mbarriers. The emulator also reports what a GPU would not show reliably:
 shared-memory races between two barriers (a write and another thread's read or write of the same byte), reads
 of shared or local memory never written, and accesses outside a tensor or an allocation. Anything it does not
 know (an extern template, an intrinsic) raises ``NotImplementedError``: it never guesses.
@@ -445,6 +449,14 @@ class Emulator:
             return
         if fname == "printf":
             return
+        m = re.fullmatch(r"tl::wgmma_gemm_(ss|rs)<([\d, ]+)>", fname)
+        if m:
+            params = tuple(int(x) for x in m[2].split(","))
+            ptrs = tuple(self.pointer(a, th) for a in args[:3])
+            yield ("wgmma", (m[1], params), ptrs)
+            return
+        if re.fullmatch(r"tl::wgmma_drain<\d+>", fname):
+            return  # the emulated wgmma wrote its accumulators when issued; the drain's x + -0.0 changes nothing
         # an L2 eviction hint (T.copy eviction_policy) changes no value: the copies without it
         fname = re.sub(r"^(tl::cp_async_16(?:_zfill)?)_hint<\d>$", r"\1", fname)
         if fname in ("tl::cp_async_16", "tl::cp_async_16_zfill"):
@@ -588,6 +600,73 @@ class Emulator:
                     v = comb(v, self._raw_load(th, ps, ((wr * warp_n + c) * 8 + lane // 4) * r + k))
                 self._raw_store(th, pv, k, v)
 
+    # -- wgmma ------------------------------------------------------------------------------------------
+    def _wgmma(self, tokens: list[Any]) -> None:
+        """``tl::wgmma_gemm_ss`` / ``tl::wgmma_gemm_rs``, issued by every thread of the block together: C += A B
+        in float32 (fp16/bf16 products are exact in float32; the hardware's summation order may differ). A and B
+        are read from shared memory in the wgmma swizzled layouts the template's descriptors describe (or A from
+        the threads' registers in the ``wgmma`` fragment layout), C is every thread's accumulator registers in the
+        ``wgmma`` layout. The shared bytes read must have been written, no cp.async may still be writing them and
+        no thread may have written them since the last barrier (wgmma reads through the async proxy after
+        ``fence.proxy.async``, which orders only writes that a barrier made visible); they are then marked read by
+        several threads, so a later write before the next barrier is a race."""
+        from tilelang_core.transform.cuda.layouts import FragmentLayout
+
+        kinds = {tok[1] for tok in tokens}
+        if len(kinds) != 1:
+            self.problem(f"the threads of a block issue different wgmma calls: {sorted(kinds)}")
+        form, params = tokens[0][1]
+        if form == "ss":
+            M, N, K, wg_m, wg_n, _nc, ta, tb, swa, swb = params[:10]
+        else:
+            M, N, K, wg_m, _nc, tb, swb = params[:7]
+            wg_n, ta, swa = 1, 0, 0
+        threads = len(tokens)
+        if threads != self.threads or threads % 128 or threads // 128 != wg_m * wg_n:
+            self.problem(f"wgmma over {wg_m} x {wg_n} warpgroups issued by {threads} of {self.threads} threads")
+        b_ptr = tokens[0][2][1]
+        if any(tok[2][1].storage is not b_ptr.storage or tok[2][1].elem != b_ptr.elem for tok in tokens):
+            self.problem("the threads of a warpgroup pass different B tiles to one wgmma")
+        b_vals, b_bytes = _wgmma_tile(b_ptr, N if tb else K, K if tb else N, swb, "B")
+        b = b_vals.T if tb else b_vals  # K x N
+        reads = [(b_ptr.storage, b_bytes)]
+        if form == "ss":
+            a_ptr = tokens[0][2][0]
+            a_vals, a_bytes = _wgmma_tile(a_ptr, K if ta else M, M if ta else K, swa, "A")
+            a = a_vals.T if ta else a_vals  # M x K
+            reads.append((a_ptr.storage, a_bytes))
+        else:  # A from the registers of every thread, in the wgmma layout of its own M x K tile
+            alay = FragmentLayout.wgmma((M, K), threads, wg_m, 1)
+            a = np.full((M, K), np.nan, dtype=np.float32)
+            for t, tok in enumerate(tokens):
+                ap = tok[2][0]
+                if ap.storage.shared:
+                    self.problem("the A operand of a register-A wgmma is in shared memory")
+                pb = _PtrBuf(ap)
+                for r in range(alay.num_regs):
+                    row, col = alay.element_of(t, r)
+                    a[row, col] = self._raw_load(_Thread(_Block(), t, {}), pb, r)[0]
+        for st, nbytes in reads:
+            if st.inflight is not None and (st.inflight[nbytes] >= 0).any():
+                self.problem(f"wgmma reads {st.name} bytes that a cp.async is still writing (no cp_async_wait "
+                             "covers them)")
+            if st.written is not None and not st.written[nbytes].all():
+                self.problem(f"wgmma reads {st.name} bytes that were never written")
+            if st.writer is not None and (st.writer[nbytes] >= 0).any():
+                self.problem(f"wgmma reads {st.name} bytes written since the last barrier (thread "
+                             f"{int(st.writer[nbytes].max())}): the write is not ordered before the async proxy")
+            if st.reader is not None:
+                st.reader[nbytes] = -2
+        prod = a.astype(np.float32) @ b.astype(np.float32)
+        clay = FragmentLayout.wgmma((M, N), threads, wg_m, wg_n)
+        for t, tok in enumerate(tokens):
+            pc = _PtrBuf(tok[2][2])
+            th = _Thread(_Block(), t, {})
+            for r in range(clay.num_regs):
+                row, col = clay.element_of(t, r)
+                acc = self._raw_load(th, pc, r)
+                self._raw_store(th, pc, r, (acc + prod[row, col]).astype(np.float32))
+
     # -- the launch ------------------------------------------------------------------------------------
     def _launch(self, s: Any, th: _Thread) -> Generator[Any, Any, None]:
         iv = s.node
@@ -635,10 +714,41 @@ class Emulator:
             if kinds == {"sync"}:
                 for st in block.shared.values():
                     st.new_epoch()
+            elif kinds == {"wgmma"}:
+                self._wgmma([tokens[t] for t in live])
             else:  # shuffle: each lane gets its xor partner's value
                 for t in live:
                     _, _, off = tokens[t]
                     replies[t] = tokens[(t // WARP) * WARP + ((t % WARP) ^ off)][1]
+
+
+# -- wgmma (include/tl/wgmma.cuh), all the block's warpgroups at once ----------------------------------------------
+def _wgmma_tile(ptr: _Pointer, rows: int, cols: int, swz: int, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """The ``rows x cols`` stored tile at ``ptr`` in the wgmma swizzled layout of ``swz`` bytes (as float32) and the
+    bytes it covers."""
+    from tilelang_core.transform.cuda.layouts import WGMMA_SWIZZLE_BASE, wgmma_offset_py
+
+    code = WGMMA_SWIZZLE_BASE + swz
+    off = _WGMMA_OFFSETS.get((rows, cols, code, ptr.dtype))
+    if off is None:
+        off = np.array([[wgmma_offset_py(r, c, rows, code, ptr.dtype) for c in range(cols)] for r in range(rows)],
+                       dtype=np.int64)
+        _WGMMA_OFFSETS[(rows, cols, code, ptr.dtype)] = off
+    st = ptr.storage
+    if not st.shared:
+        raise EmulationError(f"wgmma {what} operand {st.name} is not in shared memory")
+    view = st.view(ptr.dtype)
+    elems = ptr.elem + off
+    if elems.min() < 0 or elems.max() >= len(view):
+        raise EmulationError(f"wgmma {what} operand reads {st.name} outside its {len(view)} elements")
+    size = np.dtype(_STORAGE[ptr.dtype]).itemsize
+    nbytes = (elems[..., None] * size + np.arange(size)).reshape(-1)
+    raw = view[elems]
+    vals = (raw.astype(np.uint32) << 16).view(np.float32) if ptr.dtype == "bfloat16" else raw.astype(np.float32)
+    return vals, nbytes
+
+
+_WGMMA_OFFSETS: dict[tuple[int, int, int, str], np.ndarray] = {}
 
 
 @dataclass

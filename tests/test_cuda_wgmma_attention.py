@@ -5,6 +5,9 @@
   PTX ISA's m64 x k16 A fragment of m-block ``mi``, k-slice ``kk`` (warp ``w`` of the warpgroup: rows ``16 w +
   l/4`` and ``+ 8``, columns ``2 (l % 4) + {0, 1}`` and ``+ 8``); the ``wgmma_row`` layout holds exactly the rows of
   the accumulator registers ``row_reg`` maps to it;
+* emulated: the sm_90a kernel (wgmma for both products, the online softmax on ``wgmma_row``) run by the CUDA
+  emulator (``tests/cuda_emulator.py``, which replays ``tl::wgmma_gemm_ss/rs`` from the shared tiles' wgmma
+  layouts and the threads' registers) matches torch on a ragged causal bf16 problem;
 * codegen: the classic flash-attention program on sm_90a computes ``S = Q K^T`` with ``tl::wgmma_gemm_ss`` and
   ``O += P V`` with ``tl::wgmma_gemm_rs`` (P from the softmax registers), its online softmax on the ``wgmma_row``
   layout (quad shuffles); nvcc's SASS has HGMMA and no HMMA, without spills; a tile whose warpgroups would split N
@@ -20,6 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tilelang_core.backend.cuda import codegen as cuda_codegen
 from tilelang_core.backend.cuda import find_nvcc
@@ -31,6 +35,7 @@ from tilelang_core.transform.cuda.layouts import FragmentLayout
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
+from cuda_emulator import emulate, is_close_fraction  # noqa: E402
 from test_cuda_wgmma import _cuobjdump  # noqa: E402
 
 from examples import flash_attention  # noqa: E402
@@ -82,6 +87,20 @@ def test_wgmma_row_layout_holds_the_rows_of_the_accumulator_registers(M, N, thre
     assert sorted(held) == list(range(M))
     assert all(len(ts) == 4 and len({t // 4 for t in ts}) == 1 for ts in held.values())
     assert FragmentLayout.wgmma((M, N), threads, wg_m, 2 if threads >= 256 else 1).row_kind in (None, "wgmma_row")
+
+
+# -- emulated ----------------------------------------------------------------------------------------------------
+
+def test_emulated_sm90a_flash_attention_matches_torch_on_a_ragged_causal_problem():
+    # 100 rows: two query blocks, the second ragged; causal: the first block sees one K/V tile, the second two
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 100, 1, 32, generator=g).to(torch.bfloat16) for _ in range(3))
+    kwargs = {"block_M": 64, "block_N": 64, "num_stages": 2, "threads": 128, "dtype": "bfloat16"}
+    notes, text = _lower((1, 1, 100, 32, True), kwargs)
+    assert notes == [] and "tl::wgmma_gemm_rs" in text
+    out, = emulate(flash_attention.flash_attention, (1, 1, 100, 32, True), kwargs, [q, k, v], arch="sm_90a")
+    ref = flash_attention.reference(q.double(), k.double(), v.double(), True)
+    assert is_close_fraction(out, ref, 2e-2, 2e-2) == 0.0, float((out.double() - ref).abs().max())
 
 
 # -- codegen ---------------------------------------------------------------------------------------------------
@@ -140,3 +159,14 @@ def test_flash_attention_keeps_mma_sync_when_wgmma_is_switched_off():
     assert len(notes) == 2 and all("'tl.cuda.wgmma' is False" in n for n in notes)
     notes80, text80 = _lower((1, 2, 256, 64, False), {"block_M": 64, "block_N": 64, "dtype": "float16"}, "sm_80")
     assert notes80 == [] and "wgmma_gemm" not in text80 and "tl::gemm_rs" in text80
+
+
+def test_attention_loads_that_keep_cp_async_say_why_in_the_kernel_notes():
+    # K and V are [batch, seq, heads, dim] tensors: their wgmma tiles could take TMA, the 4-D maps are not built
+    func = flash_attention.flash_attention.get_program(1, 2, 256, 64, False, block_M=64, block_N=64, num_stages=2,
+                                                       dtype="float16")
+    seen = {}
+    cuda_codegen.lower(func, record=lambda name, f, _s: seen.__setitem__(name, f), arch="sm_90a",
+                       options=resolve(None))
+    notes = [str(n) for f in seen.values() if "tl.notes" in f.attrs for n in f.attrs["tl.notes"]]
+    assert any("keep cp.async, not TMA" in n and "K is not a 2-D tensor" in n for n in notes), notes

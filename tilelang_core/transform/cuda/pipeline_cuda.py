@@ -78,7 +78,7 @@ from .common import (
     swizzles_of,
     sync_stmt,
 )
-from .layouts import MMA_DTYPES, dtype_bytes
+from .layouts import MMA_DTYPES, dtype_bytes, is_wgmma_swizzle
 from .sm90 import tma
 from .sm90 import warp_specialize as ws
 
@@ -449,8 +449,8 @@ class PipelineCUDA(Rewriter):
         if self.options[PassConfigKey.TL_DISABLE_TMA_LOWER] or not self.arch.startswith("sm_90") or self.tid is None:
             return None
         plans = [tma.plan_copy(p, self.swizzle) for p in producers]
-        if not any(m is not None for m, _ in plans):
-            return None  # no producer could take TMA (tiles for mma.sync or FMA): nothing to report
+        if not any(is_wgmma_swizzle(self.swizzle.get(_producer_dst(p), 0)) for p in producers):
+            return None  # no producer fills a wgmma tile (tiles for mma.sync or FMA): nothing to report
         hinted = [p for p in producers if eviction_of(p)]
         if hinted:  # the L2 hint rides on cp.async (tl::cp_async_16_hint); our TMA loads carry none
             from ..common.notes import at_line
