@@ -11,8 +11,8 @@ shuffles, the barriers and the shared scratch); ``tl::wgmma_gemm_ss`` / ``tl::wg
 the block's threads together, A and B read from the shared tiles through the wgmma swizzled layouts their
 descriptors describe (A from the threads' registers in the ``wgmma`` layout for the register-A form), the
 accumulators in the ``wgmma`` layout. A wgmma group is complete when issued: the emulator does not model a group
-left in flight (``PENDING = 1``) reading a stage after the call returns, nor TMA or mbarriers. The emulator also reports what a GPU would not show reliably:
-shared-memory races between two barriers (a write and another thread's read or write of the same byte), reads
+left in flight (``PENDING = 1``) reading a stage after the call returns, nor TMA or mbarriers. The emulator also
+reports what a GPU would not show reliably: shared-memory races between two barriers (a write and another thread's read or write of the same byte), reads
 of shared or local memory never written, and accesses outside a tensor or an allocation. Anything it does not
 know (an extern template, an intrinsic) raises ``NotImplementedError``: it never guesses.
 
