@@ -118,6 +118,11 @@ def test_a_cuda_panel_without_a_gpu_tables_the_resources_of_each_configuration(c
     assert panel.wait(240)
     ms = panel.explorer.measurements()
     assert all(m.status == "run_error" and "compiled only" in m.message for m in ms)  # no GPU: not run
+    from workbench.panel import result_text
+
+    text, color = result_text(ms[0], ["block_N"])  # built, not run: said as such, not as a failure in red
+    assert "compiled, not run (no CUDA GPU here" in text and "registers" in text and "failed" not in text
+    assert color != "#b00"
     expected = {cuda_wk.build_config(block_N=bn).kernel.resources().registers for bn in (64, 128)}
     assert {m.resources["registers"] for m in ms} == expected
     assert len(re.findall(r"<tr class='wb-res-row'", panel.resources.value)) == 2

@@ -19,6 +19,8 @@ from .check import Reference, outputs_margin
 from .errors import compile_error
 from .tunables import Tunable, full_label, short_label
 
+COMPILED_ONLY = "no CUDA GPU here: compiled only"  # the message of a CUDA configuration built, not run
+
 
 @dataclass(frozen=True)
 class KnownBest:
@@ -133,7 +135,7 @@ class Explorer:
             from tilelang_core.autotune.measure import resource_record
             from tilelang_core.autotune.record import RUN_ERROR
 
-            m.status, m.message, m.device = RUN_ERROR, "no CUDA GPU here: compiled only", device_name(m.target)
+            m.status, m.message, m.device = RUN_ERROR, COMPILED_ONLY, device_name(m.target)
             m.resources = resource_record(kernel)  # registers, spills, smem, occupancy need no GPU
             return self._keep(config, m)
         ins, ref_outs = self._inputs(kernel)

@@ -29,7 +29,7 @@ from typing import Any
 import ipywidgets as W
 
 from .cell_sweep import EXECUTORS
-from .explorer import Explorer
+from .explorer import COMPILED_ONLY, Explorer
 from .jobs import DEBOUNCE_S, LatestOnly
 from .plots import TuningPlots
 from .status import margin_text, spread_warning
@@ -65,6 +65,10 @@ def result_text(m: Any, names: list[str], margin: float | None = None) -> tuple[
     label = full_label(m.config, names)
     if m.status == "compile_error":
         return f"{label}: does not compile", _BAD
+    if m.status == "run_error" and m.message == COMPILED_ONLY:
+        res = getattr(m, "resources", None) or {}
+        regs = f", {res['registers']} registers" if res.get("registers") else ""
+        return f"{label}: compiled, not run (no CUDA GPU here{regs})", _DIM
     if m.status == "run_error":
         return f"{label}: failed to run", _BAD
     parts = [label + ":"]
