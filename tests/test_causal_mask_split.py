@@ -32,8 +32,9 @@ PASS = "tl.SplitMaskedIterations"
 
 @tilelang.jit(out_idx=[1])
 def masked_row_sums(N, mask="causal", block_M=16, block_N=16, window=32):
-    """``Y[r] = sum of A[r, c] over the visible c``: causal (``c <= r``), banded (``r - window < c <= r``), the
-    causal mask as an ``if``, or the causal mask squared (``c*c <= r*r``: the same set, not affine in k)."""
+    """``Y[r] = sum of A[r, c] over the visible c``: causal (``c <= r``), banded (``r - window < c <= r``), causal
+    and positive (``A[r, c] > 0`` too: data, read at an index in k), the causal mask as an ``if``, or the causal mask
+    squared (``c*c <= r*r``: the same set, not affine in k)."""
 
     @T.prim_func
     def main(A: T.Tensor((N, N), "float32"), Y: T.Tensor((N,), "float32")):
@@ -53,6 +54,10 @@ def masked_row_sums(N, mask="causal", block_M=16, block_N=16, window=32):
                     elif mask == "band":
                         tile[i, j] = T.if_then_else(
                             (bx * block_M + i >= k * block_N + j) and (bx * block_M + i - window < k * block_N + j)
+                            and (k * block_N + j < N), A_shared[i, j], 0)
+                    elif mask == "positive":  # a data-dependent atom (k only in a read's index) beside the affine ones
+                        tile[i, j] = T.if_then_else(
+                            (bx * block_M + i >= k * block_N + j) and (A[bx * block_M + i, k * block_N + j] > 0)
                             and (k * block_N + j < N), A_shared[i, j], 0)
                     elif mask == "causal_if":
                         tile[i, j] = 0
@@ -76,6 +81,8 @@ def row_sums_reference(a: torch.Tensor, mask: str, window: int = 32) -> torch.Te
     visible = c <= r
     if mask == "band":
         visible &= c > r - window
+    if mask == "positive":
+        visible &= a > 0
     return (a * visible).sum(1)
 
 
@@ -120,7 +127,8 @@ def test_cuda_source_of_causal_attention_selects_minus_infinity_only_in_the_mask
 
 @pytest.mark.parametrize("mask,branch,emulated", [("causal", "if k < bx:", False),
                                                   ("band", "if bx - 1 <= k and k < bx:", True),
-                                                  ("causal_if", "if k < bx:", True)])
+                                                  ("causal_if", "if k < bx:", True),
+                                                  ("positive", "if k < bx:", False)])
 def test_affine_masks_are_split_and_the_row_sums_match_torch_on_cpu_and_emulated_cuda(mask, branch, emulated):
     n = 40  # 3 row blocks; the last column tile is ragged
     a = torch.randn(n, n)

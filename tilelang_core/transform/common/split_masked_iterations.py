@@ -29,11 +29,12 @@ It is a per-iteration branch inside the one loop, not a split of the loop into t
 wgmma, TMA and warp-specialised forms) see the loop they saw before, and a block-dependent trip count stays as the
 program wrote it. The branch is uniform across a block (it depends on ``k`` and the block indices only).
 
-Where a ``k``-dependent condition cannot be analysed (not an integer comparison, not affine in ``k``, a
+Where a ``k``-dependent condition cannot be analysed (not an integer inequality, not affine in ``k``, a
 coefficient that is not a constant, a bound over the nest the analyzer cannot give, a bound that needs variables
 the nest defines, or a mask that holds for the whole nest on no iteration), the nest keeps its per-element test
 and the kernel carries a note (``tl.notes``: ``kernel.notes``, the compile trace) saying which condition and why.
-Conditions that do not depend on the loop variable are not this pass's business and get no note.
+Conditions that do not depend on the loop variable, or only through the index of a memory read (``mask[k]``:
+data, not a tile's edge), are not this pass's business and get no note.
 
 Runs first among the lowering passes (before the grid and the tile ops are lowered), for the CPU and CUDA alike.
 """
@@ -94,6 +95,15 @@ def _substitute(e: Any, vmap: dict[Any, Any]) -> Any:
         return v if tirx.is_buffer_var(v) else vmap.get(v, v)
 
     return tvm_ffi.structural_map(e, [(tvm.ir.TensorLoad, load), (tvm.ir.Var, var)])
+
+
+def _without_loads(e: Any) -> Any:
+    """``e`` with every memory read replaced by a fresh variable: what ``e`` computes from indices alone."""
+
+    def load(x: Any) -> Any:
+        return tvm.ir.Var("load", dtype_of(x))
+
+    return tvm_ffi.structural_map(e, [(tvm.ir.TensorLoad, load)])
 
 
 def _loads(e: Any) -> list[Any]:
@@ -252,14 +262,14 @@ class _SplitMaskedIterations(Rewriter):
         k = loop.loop_var
         info = _Nest(nest, {})
         self.collect(nest, info)
-        masks = [(c, st) for c, st in info.conds if _uses(_substitute(c, binds), k)]
+        masks = [(c, st) for c, st in info.conds if _uses(_without_loads(_substitute(c, binds)), k)]
         if not masks:
             return nest
         local = _defined_in(loop.body)  # a bound of the branch must not use what the loop body defines
         for cond, st in masks:
             for atom in _atoms(_substitute(cond, binds)):
-                if not _uses(atom, k):
-                    continue
+                if not _uses(_without_loads(atom), k):
+                    continue  # free of k, or data-dependent (``mask[k] != 0``): not a tile's edge
                 why = self.bound_atom(k, atom, info, local, written)
                 if why:
                     self.note(st, k, atom, why)
@@ -338,7 +348,7 @@ class _SplitMaskedIterations(Rewriter):
         """Record the range of ``k`` on which ``atom`` holds over the whole nest; return why not ('' if done)."""
         e = _as_nonnegative(atom)
         if e is None:
-            return "it is not an integer comparison"
+            return "it is not an inequality (<, <=, >, >=) of integers"
         try:
             coeffs = tvm.sym.detect_linear_equation(e, [k])
         except Exception:  # noqa: BLE001 - an expression the linear analysis does not take
