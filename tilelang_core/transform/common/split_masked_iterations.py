@@ -182,12 +182,12 @@ def _atoms(cond: Any) -> list[Any]:
 
 
 def _as_nonnegative(atom: Any) -> Any | None:
-    """``atom`` as an expression ``e`` with ``atom <=> e >= 0``, for integer comparisons; else None."""
+    """``atom`` as an expression ``e`` with ``atom <=> e >= 0``, for signed integer inequalities; else None."""
     if not isinstance(atom, _COMPARES):
         return None
     a, b = atom.a, atom.b
     dt = dtype_of(a) or ""
-    if not dt.startswith(("int", "uint")) or dtype_of(b) != dt:
+    if not dt.startswith("int") or dtype_of(b) != dt:  # signed: the differences below must not wrap
         return None
     one = tirx.IntImm(dt, 1)
     if isinstance(atom, tirx.GE):
