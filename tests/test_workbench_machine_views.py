@@ -123,6 +123,7 @@ def test_a_cuda_panel_without_a_gpu_tables_the_resources_of_each_configuration(c
     text, color = result_text(ms[0], ["block_N"])  # built, not run: said as such, not as a failure in red
     assert "compiled, not run (no CUDA GPU here" in text and "registers" in text and "failed" not in text
     assert color != "#b00"
+    assert panel.error.value == ""  # and no red message under it
     expected = {cuda_wk.build_config(block_N=bn).kernel.resources().registers for bn in (64, 128)}
     assert {m.resources["registers"] for m in ms} == expected
     assert len(re.findall(r"<tr class='wb-res-row'", panel.resources.value)) == 2
@@ -320,3 +321,13 @@ def pfx(A: T.Tensor((64, 64), "float32"), B: T.Tensor((64, 64), "float32")):
     assert "Error" not in plain(view.status.value) and "identical" in plain(view.pane.value)
     text = export_report(wk, tmp_path / "pf.html").read_text()
     assert "B[i, j] = A[i, j] * 2.0" in plain(text)
+
+
+def test_the_side_by_side_diff_sets_its_own_line_height():
+    # inside a widget output the table would inherit ipywidgets' 28 px line height: one diff line per 28 px row
+    from workbench.config_diff import side_by_side_html
+
+    html = side_by_side_html("a\nb\n", "a\nc\n", "left", "right")
+    style = html[:html.index("</style>")]
+    assert re.search(r"\.wb-diff td \{[^}]*line-height:1\.35", style), style
+    assert "<td" in html and ("diff_sub" in html or "diff_chg" in html)

@@ -32,8 +32,8 @@ from .views import Panel
 CODE_STAGES = ("cuda", "ptx", "sass", "llvm", "asm")
 RESOURCES, TIMINGS = "resources", "timings"
 _STYLE = """<style>
-.wb-diff table.diff {font-family:monospace;font-size:11px;border-collapse:collapse;width:100%;}
-.wb-diff td {padding:0 4px;white-space:pre-wrap;vertical-align:top;}
+.wb-diff table.diff {font-family:monospace;font-size:11px;line-height:1.35;border-collapse:collapse;width:100%;}
+.wb-diff td {padding:0 4px;white-space:pre-wrap;vertical-align:top;line-height:1.35;height:auto;}
 .wb-diff .diff_header {color:#888;text-align:right;}
 .wb-diff .diff_next {display:none;}
 .wb-diff .diff_add {background:#d7f5d7;}

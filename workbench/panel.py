@@ -264,7 +264,8 @@ class TuningPanel:
         text, color = result_text(m, self.names, self.explorer.margin(m))
         with self._draw_lock:
             self._set_status(("cached " if cached else "") + text, color)
-            self.error.value = self._error_html(m.message) if m.message and m.status != "ok" else ""
+            failed = m.message and m.status != "ok" and m.message != COMPILED_ONLY  # the status line says it all
+            self.error.value = self._error_html(m.message) if failed else ""
             self.last_shown = m
             self.shown += 1
             self._draw()
