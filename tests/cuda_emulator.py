@@ -2,19 +2,20 @@
 
 It runs the TIR the CUDA code generator is given — our passes (``codegen.lower``), then TVM's flattening,
 bf16-legalisation, vectorisation, unrolling and simplification, the passes of ``codegen._tir_pipeline`` that shape
-the statements — with the semantics the generated CUDA C has: one Python generator per thread of a block, all of
-a block's threads stepping together from one ``__syncthreads()`` to the next; vector accesses lane by lane in order
-(a scatter of several lanes to one address keeps the last lane, as the generated ``x[v.x] = ...; x[v.y] = ...``
-does); float32/float16 arithmetic in numpy's IEEE types, bfloat16 rounded to nearest even on every cast and store;
+the statements — with the semantics the generated CUDA C has: one Python generator per thread of a block, all of a
+block's threads stepping together from one ``__syncthreads()`` to the next; vector accesses lane by lane in order (a
+scatter of several lanes to one address keeps the last lane, as the generated ``x[v.x] = ...; x[v.y] = ...`` does);
+float32/float16 arithmetic in numpy's IEEE types, bfloat16 rounded to nearest even on every cast and store;
 ``tl::block_allreduce`` and ``tl::row_allreduce`` replayed step by step from ``include/tl/reduce.cuh`` (xor
 shuffles, the barriers and the shared scratch); ``tl::wgmma_gemm_ss`` / ``tl::wgmma_gemm_rs`` (sm_90a) issued by all
 the block's threads together, A and B read from the shared tiles through the wgmma swizzled layouts their
 descriptors describe (A from the threads' registers in the ``wgmma`` layout for the register-A form), the
 accumulators in the ``wgmma`` layout. A wgmma group is complete when issued: the emulator does not model a group
 left in flight (``PENDING = 1``) reading a stage after the call returns, nor TMA or mbarriers. The emulator also
-reports what a GPU would not show reliably: shared-memory races between two barriers (a write and another thread's read or write of the same byte), reads
-of shared or local memory never written, and accesses outside a tensor or an allocation. Anything it does not
-know (an extern template, an intrinsic) raises ``NotImplementedError``: it never guesses.
+reports what a GPU would not show reliably: shared-memory races between two barriers (a write and another thread's
+read or write of the same byte), reads of shared or local memory never written, and accesses outside a tensor or an
+allocation. Anything it does not know (an extern template, an intrinsic) raises ``NotImplementedError``: it never
+guesses.
 
 It is slow (pure Python, a few microseconds per operation per thread): emulate a few blocks of small problems.
 """
@@ -175,8 +176,8 @@ class _Block:
 class Emulator:
     """Runs the CUDA-bound TIR of ``func`` (a ``@T.prim_func`` before our passes) on CPU tensors."""
 
-    def __init__(self, func: Any, arch: str = "sm_90") -> None:
-        self.func = prepare(func, arch)
+    def __init__(self, func: Any, arch: str = "sm_90", pass_configs: dict[str, Any] | None = None) -> None:
+        self.func = prepare(func, arch, pass_configs)
         self.views: dict[Any, tuple[Any, Any]] = {}  # declared buffer -> (buffer it views, its element offset)
         self.globals: dict[Any, _Storage] = {}
         self.threads = 0
@@ -824,14 +825,15 @@ _COMBINE = {"SumOp": lambda a, b: a + b, "MaxOp": lambda a, b: np.where(a > b, a
             "MinNanOp": lambda a, b: np.where(np.isnan(a) | np.isnan(b), a + b, np.where(a < b, a, b))}
 
 
-def prepare(func: Any, arch: str = "sm_90") -> Any:
-    """The device-bound TIR of ``func``: our CUDA passes, then the statement-shaping TVM passes that
-    ``tilelang_core.backend.cuda.codegen`` runs before generating CUDA C (same order)."""
+def prepare(func: Any, arch: str = "sm_90", pass_configs: dict[str, Any] | None = None) -> Any:
+    """The device-bound TIR of ``func``: our CUDA passes (with ``pass_configs``), then the statement-shaping TVM
+    passes that ``tilelang_core.backend.cuda.codegen`` runs before generating CUDA C (same order)."""
     from tvm import s_tir
 
     from tilelang_core.backend.cuda.codegen import lower
+    from tilelang_core.pass_config import resolve
 
-    mod = lower(func, arch=arch)
+    mod = lower(func, arch=arch, options=resolve(pass_configs))
     target = tvm.target.Target({"kind": "cuda", "arch": arch})
     host = tvm.target.Target("llvm") if tvm.runtime.enabled("llvm") else tvm.target.Target("c")
     seq = tvm.ir.transform.Sequential([
@@ -851,7 +853,7 @@ def prepare(func: Any, arch: str = "sm_90") -> Any:
 
 
 def emulate(factory: Any, args: tuple[Any, ...], kwargs: dict[str, Any], inputs: list[torch.Tensor],
-            arch: str = "sm_90") -> list[torch.Tensor]:
+            arch: str = "sm_90", pass_configs: dict[str, Any] | None = None) -> list[torch.Tensor]:
     """Emulate ``factory(*args, **kwargs)`` (a ``@jit`` factory) for CUDA on CPU ``inputs``; returns the outputs
     (the ``out_idx`` parameters), allocated filled with NaN (or the dtype's minimum) so unwritten elements show."""
     from tilelang_core.jit import _normalize_out_idx, _param_specs
@@ -870,7 +872,7 @@ def emulate(factory: Any, args: tuple[Any, ...], kwargs: dict[str, Any], inputs:
         else:
             t = next(it)
         tensors.append(t)
-    Emulator(func, arch).run(tensors)
+    Emulator(func, arch, pass_configs).run(tensors)
     return results
 
 
