@@ -142,13 +142,17 @@ def test_affine_masks_are_split_and_the_row_sums_match_torch_on_cpu_and_emulated
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_a_mask_not_affine_in_the_loop_variable_keeps_its_test_and_leaves_a_note():
+@pytest.mark.parametrize("mask,window,ref_mask,why", [
+    ("squared", 32, "causal", "not affine in the loop variable"),
+    ("band", 24, "band", "on no iteration does it hold for the whole nest"),  # a band narrower than a tile
+])
+def test_a_mask_it_cannot_split_keeps_its_test_and_leaves_a_note(mask, window, ref_mask, why):
     n = 40
     a = torch.randn(n, n)
-    kernel = masked_row_sums(n, "squared")
+    kernel = masked_row_sums(n, mask, window=window)
     notes = [x for x in kernel.notes if "tested per element on every iteration of loop `k`" in x]
-    assert len(notes) == 1 and "not affine in the loop variable" in notes[0], kernel.notes
+    assert len(notes) == 1 and why in notes[0], kernel.notes
     assert notes[0].startswith("line ")
     text = _split_stage(kernel)
-    assert "if k <" not in text and text.count("T.if_then_else") == 1
-    torch.testing.assert_close(kernel(a), row_sums_reference(a, "causal"), rtol=1e-5, atol=1e-5)
+    assert "if k <" not in text and "<= k" not in text and text.count("T.if_then_else") == 1
+    torch.testing.assert_close(kernel(a), row_sums_reference(a, ref_mask, window), rtol=1e-5, atol=1e-5)
