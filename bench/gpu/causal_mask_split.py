@@ -27,7 +27,7 @@ import tilelang_core as tilelang  # noqa: E402
 from examples import flash_decoding as fd  # noqa: E402
 from examples.flash_attention import flash_attention, flops  # noqa: E402
 
-OFF = {"tl.cuda.split_masked_iterations": False}
+ON, OFF = {"tl.cuda.split_masked_iterations": True}, {"tl.cuda.split_masked_iterations": False}
 FWD = {(8, 16, 4096, 128): [(128, 64, 2, 256), (128, 128, 2, 256), (128, 64, 3, 128)],
        (8, 16, 4000, 128): [(128, 64, 2, 256)]}  # block M, N, stages, threads; 4000: a ragged last tile
 
@@ -45,7 +45,7 @@ def forward(dt: str, shape: tuple[int, int, int, int], cfgs: list[tuple[int, int
     print(f"\n({B}, {H}, {S}, {D}) causal {dt}  SDPA {t_ref * 1e3:.1f} us ({fl / t_ref / 1e9:.0f} TF/s)", flush=True)
     for bm, bn, st, th in cfgs:
         outs, times = [], []
-        for pc in (None, OFF):
+        for pc in (ON, OFF):
             prog = flash_attention.get_program(B, H, S, D, True, block_M=bm, block_N=bn, num_stages=st, threads=th,
                                                dtype=dt, accum_dtype="float32")
             kern = tilelang.compile(prog, target="cuda", pass_configs=pc)
@@ -69,7 +69,7 @@ def decoding(dt: str, rep: int) -> None:
     q = torch.randn(batch, seq_q, heads, dim, device="cuda").to(tdt)
     k, v = (torch.randn(batch, seq_kv, heads_kv, dim, device="cuda").to(tdt) for _ in range(2))
     times, outs = [], []
-    for pc in (None, OFF):
+    for pc in (ON, OFF):
         kern = tilelang.jit(out_idx=[3, 4], target="cuda", pass_configs=pc)(fd.flash_decode_split.factory)(
             batch, heads, heads_kv, seq_q, seq_kv, dim, splits, True, dtype=dt)
         outs.append(kern(q, k, v))

@@ -17,11 +17,9 @@ import tilelang_core as tilelang  # noqa: E402
 from examples import flash_attention as fa  # noqa: E402
 from examples import flash_decoding as fd  # noqa: E402
 
-from .conftest import cuda  # noqa: E402
-
 DT = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 TOL = {"float16": 2e-2, "bfloat16": 3e-2}
-OFF = {"tl.cuda.split_masked_iterations": False}
+ON, OFF = {"tl.cuda.split_masked_iterations": True}, {"tl.cuda.split_masked_iterations": False}
 
 
 def _branches(src: str) -> int:
@@ -30,8 +28,8 @@ def _branches(src: str) -> int:
     return sum(1 for line in src.splitlines() if line.strip().startswith("if (k < ") and "blockIdx.x" in line)
 
 
-def _unsplit(factory):
-    return tilelang.jit(out_idx=factory.out_idx, target="cuda", pass_configs=OFF)(factory.factory)
+def _built(factory, pass_configs):
+    return tilelang.jit(out_idx=factory.out_idx, target="cuda", pass_configs=pass_configs)(factory.factory)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -45,8 +43,8 @@ def test_causal_attention_with_the_mask_split_matches_sdpa_and_the_unsplit_build
                                                                                  block_N, stages, threads):
     args = (2, 4, seq, dim, True)
     kw = dict(block_M=block_M, block_N=block_N, num_stages=stages, threads=threads, dtype=dtype)
-    split = cuda(fa.flash_attention)(*args, **kw)
-    whole = _unsplit(fa.flash_attention)(*args, **kw)
+    split = _built(fa.flash_attention, ON)(*args, **kw)
+    whole = _built(fa.flash_attention, OFF)(*args, **kw)
     assert _branches(split.get_kernel_source()) == 1 and _branches(whole.get_kernel_source()) == 0
     q, k, v = ((torch.randn(2, seq, 4, dim, device="cuda") * 2).to(DT[dtype]) for _ in range(3))
     out = split(q, k, v)
@@ -58,8 +56,8 @@ def test_causal_attention_with_the_mask_split_matches_sdpa_and_the_unsplit_build
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_causal_split_kv_decoding_with_the_mask_split_matches_the_unsplit_build(dtype):
     args = (2, 8, 2, 4, 1000, 128, 4, True)  # 4 new tokens, causal against the end of a ragged cache
-    split = cuda(fd.flash_decode_split)(*args, dtype=dtype)
-    whole = _unsplit(fd.flash_decode_split)(*args, dtype=dtype)
+    split = _built(fd.flash_decode_split, ON)(*args, dtype=dtype)
+    whole = _built(fd.flash_decode_split, OFF)(*args, dtype=dtype)
     q = torch.randn(2, 4, 8, 128, device="cuda").to(DT[dtype])
     k, v = (torch.randn(2, 1000, 2, 128, device="cuda").to(DT[dtype]) for _ in range(2))
     o_split, lse_split = split(q, k, v)
