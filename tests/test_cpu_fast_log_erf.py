@@ -119,3 +119,36 @@ def test_tanh_sigmoid_exp_stay_vectorised(fn, libm):
     assert libm + "@" not in asm and re.search(r"\bv\w+ps\s+%[yz]mm", asm)
     x = erf_inputs()
     assert_close_ulps(k(x), getattr(torch, fn)(x), rtol=2e-6, atol=1e-7)
+
+
+@tilelang.jit(out_idx=[-1], target="cpu")
+def nested_sigmoid(n, depth):
+    @T.prim_func
+    def main(X: T.Tensor((n,), "float32"), Y: T.Tensor((n,), "float32")):
+        with T.Kernel(T.ceildiv(n, 512)) as bx:
+            for i in T.Parallel(512):  # one expression, as a user (or the fuzzer: seed 161) writes it
+                if depth == 1:
+                    Y[bx * 512 + i] = T.sigmoid(X[bx * 512 + i])
+                elif depth == 2:
+                    Y[bx * 512 + i] = T.sigmoid(T.sigmoid(X[bx * 512 + i]))
+                else:
+                    Y[bx * 512 + i] = T.sigmoid(T.sigmoid(T.sigmoid(X[bx * 512 + i])))
+
+    return main
+
+
+def test_nested_calls_bind_each_argument_once_so_the_code_grows_linearly():
+    # inline, each expansion reads its argument ~26 times: three nested sigmoids were 17,576 copies of X[i]
+    # (fuzz seed 161, 25 s to compile); stored once per call, the program grows by a constant per level
+    sizes = []
+    for depth in (1, 2, 3):
+        k = nested_sigmoid(N, depth)
+        sizes.append(max(len(st.text) for st in k.trace.stages))  # every stage, TVM's simplifier's included
+        x = erf_inputs()
+        want = x
+        for _ in range(depth):
+            want = torch.sigmoid(want)
+        assert_close_ulps(k(x), want, rtol=4e-6, atol=1e-7)
+    assert sizes[2] - sizes[1] < 1.5 * (sizes[1] - sizes[0]), sizes
+    assert "fx0" in k.trace.stage("tl.FastExpCPU").text
+    assert re.search(r"\bv\w+ps\s+%[yz]mm", k.get_kernel_source("asm"))  # still vectorised

@@ -20,6 +20,14 @@ zero. A NaN input gives NaN (the clamp alone would turn it into +inf). sigmoid i
 degree-4 fit of ``(tanh x - x) / x^3``, within 1 ulp), else ``sign(x) (1 - 2 / (e^{2|x|} + 1))`` on the fast exp;
 float16/bfloat16 go through float32; float64 calls libm's ``tanh``. ``log``, ``log2``, ``log10`` and ``erf`` are
 rewritten the same way by :mod:`.fast_log_erf_cpu`.
+
+Each expansion reads its argument about 26 times (the clamp, the NaN test, Horner's rule on the reduced argument).
+Written inline, nested calls multiply: ``sigmoid(sigmoid(sigmoid(x)))`` became 17,576 copies of ``x`` and took
+25 s to compile. So in a store whose value has no short-circuit guard (``T.if_then_else``, ``and``, ``or``) the
+argument of each rewritten call is stored once into a one-element local buffer before the store (innermost call
+first) and the expansion reads it: the code grows linearly with the nesting. (Not a let: TVM's simplifier
+substitutes a pure let's value back into every use; LLVM promotes the buffer to a register.) Under a guard the argument
+stays inline (binding it before the store would evaluate a guarded load unconditionally).
 """
 
 from __future__ import annotations
@@ -127,6 +135,54 @@ def _rewrite(call: Any) -> Any:
     return _f32(1.0) / (_f32(1.0) + fast_exp_f32(-x))
 
 
+_REWRITTEN = ("tirx.exp", "tirx.exp2", "tirx.sigmoid", "tirx.tanh", *FAST_F32)
+_GUARDS = ("tirx.if_then_else", "prim.if_then_else", "tir.if_then_else")
+
+
+def _scan(value: Any) -> tuple[bool, bool]:
+    """(the value calls a rewritten op, the value has a short-circuit guard)."""
+    found = {"call": False, "guard": False}
+
+    def call(c: Any) -> Any:
+        name = getattr(c.op, "name", None)
+        found["call"] |= name in _REWRITTEN
+        found["guard"] |= name in _GUARDS
+        return c
+
+    def guard(x: Any) -> Any:
+        found["guard"] = True
+        return x
+
+    tvm_ffi.structural_map(value, [(tvm.ir.Call, call), (tirx.And, guard), (tirx.Or, guard)])
+    return found["call"], found["guard"]
+
+
+def _hoist_store(s: Any) -> Any:
+    """A store of an unguarded value: each rewritten call's argument bound once before it (see the docstring)."""
+    has_call, guarded = _scan(s.value)
+    if not has_call or guarded:
+        return s
+    binds: list[Any] = []
+
+    def rewrite(call: Any) -> Any:
+        if getattr(call.op, "name", None) not in _REWRITTEN or len(call.args) != 1:
+            return call
+        x = call.args[0]
+        if not isinstance(x, (tvm.ir.Var, tirx.IntImm, tirx.FloatImm)):
+            # a one-element local buffer, not a let: TVM's simplifier substitutes a pure let's value into every
+            # use (undoing the binding), but never looks through a load
+            buf = tirx.decl_buffer((1,), dtype_of(x), f"fx{len(binds) // 2}", scope="local")
+            binds.extend([tirx.AllocBuffer(buf), tirx.BufferStore(buf, x, [_i32(0)])])
+            call = tvm.ir.Call(call.op, [tirx.BufferLoad(buf, [_i32(0)])], ret_ty=dtype_of(call), span=call.span)
+        return _rewrite(call)
+
+    value = tvm_ffi.structural_map(s.value, [(tvm.ir.Call, rewrite)])
+    if not binds:
+        return tirx.BufferStore(s.buffer, value, s.indices, span=s.span)
+    return tirx.SeqStmt([*binds, tirx.BufferStore(s.buffer, value, s.indices, span=s.span)])
+
+
 def fast_exp_cpu(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    body = tvm_ffi.structural_map(func.body, [(tvm.ir.Call, _rewrite)])
+    body = tvm_ffi.structural_map(func.body, [(tirx.BufferStore, _hoist_store)])
+    body = tvm_ffi.structural_map(body, [(tvm.ir.Call, _rewrite)])  # the calls left: guarded, or not in a store
     return func.with_body(body)
