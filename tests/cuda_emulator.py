@@ -7,11 +7,13 @@ block's threads stepping together from one ``__syncthreads()`` to the next; vect
 scatter of several lanes to one address keeps the last lane, as the generated ``x[v.x] = ...; x[v.y] = ...`` does);
 float32/float16 arithmetic in numpy's IEEE types, bfloat16 rounded to nearest even on every cast and store;
 ``tl::block_allreduce`` and ``tl::row_allreduce`` replayed step by step from ``include/tl/reduce.cuh`` (xor
-shuffles, the barriers and the shared scratch); ``tl::wgmma_gemm_ss`` / ``tl::wgmma_gemm_rs`` (sm_90a) issued by all
-the block's threads together, A and B read from the shared tiles through the wgmma swizzled layouts their
+shuffles, the barriers and the shared scratch); ``tl::gemm_ss`` / ``tl::gemm_rs`` (mma.sync: the row-major
+XOR-swizzled tiles ldmatrix reads, the ``mma`` layouts) and ``tl::wgmma_gemm_ss`` / ``tl::wgmma_gemm_rs`` (sm_90a)
+issued by all the block's threads together, A and B read from the shared tiles through the wgmma swizzled layouts their
 descriptors describe (A from the threads' registers in the ``wgmma`` layout for the register-A form), the
 accumulators in the ``wgmma`` layout. A wgmma group is complete when issued: the emulator does not model a group
-left in flight (``PENDING = 1``) reading a stage after the call returns, nor TMA or mbarriers. The emulator also
+left in flight (``PENDING = 1``) reading a stage after the call returns, nor TMA, mbarriers or the fused pipelined
+mma.sync mainloop (``tl::pipe_gemm_step``). The emulator also
 reports what a GPU would not show reliably: shared-memory races between two barriers (a write and another thread's
 read or write of the same byte), reads of shared or local memory never written, and accesses outside a tensor or an
 allocation. Anything it does not know (an extern template, an intrinsic) raises ``NotImplementedError``: it never
@@ -450,11 +452,11 @@ class Emulator:
             return
         if fname == "printf":
             return
-        m = re.fullmatch(r"tl::wgmma_gemm_(ss|rs)<([\d, ]+)>", fname)
+        m = re.fullmatch(r"tl::(wgmma_gemm|gemm)_(ss|rs)<([\d, ]+)>", fname)
         if m:
-            params = tuple(int(x) for x in m[2].split(","))
+            params = tuple(int(x) for x in m[3].split(","))
             ptrs = tuple(self.pointer(a, th) for a in args[:3])
-            yield ("wgmma", (m[1], params), ptrs)
+            yield ("wgmma", (m[2] if m[1] == "wgmma_gemm" else f"mma_{m[2]}", params), ptrs)
             return
         if re.fullmatch(r"tl::wgmma_drain<\d+>", fname):
             return  # the emulated wgmma wrote its accumulators when issued; the drain's x + -0.0 changes nothing
@@ -617,27 +619,36 @@ class Emulator:
         if len(kinds) != 1:
             self.problem(f"the threads of a block issue different wgmma calls: {sorted(kinds)}")
         form, params = tokens[0][1]
-        if form == "ss":
-            M, N, K, wg_m, wg_n, _nc, ta, tb, swa, swb = params[:10]
+        mma = form.startswith("mma_")  # tl::gemm_ss / tl::gemm_rs (mma.sync): warps, not warpgroups
+        if form in ("ss", "mma_ss"):
+            if mma:
+                M, N, K, wg_m, wg_n, ta, tb, swa, swb = params[:9]
+            else:
+                M, N, K, wg_m, wg_n, _nc, ta, tb, swa, swb = params[:10]
+        elif mma:
+            M, N, K, wg_m, tb, swb = params[:6]
+            wg_n, ta, swa = 1, 0, 0
         else:
             M, N, K, wg_m, _nc, tb, swb = params[:7]
             wg_n, ta, swa = 1, 0, 0
         threads = len(tokens)
-        if threads != self.threads or threads % 128 or threads // 128 != wg_m * wg_n:
-            self.problem(f"wgmma over {wg_m} x {wg_n} warpgroups issued by {threads} of {self.threads} threads")
+        group = 32 if mma else 128
+        if threads != self.threads or threads % group or threads // group != wg_m * wg_n:
+            self.problem(f"{'mma.sync' if mma else 'wgmma'} over a {wg_m} x {wg_n} grid issued by {threads} of "
+                         f"{self.threads} threads")
         b_ptr = tokens[0][2][1]
         if any(tok[2][1].storage is not b_ptr.storage or tok[2][1].elem != b_ptr.elem for tok in tokens):
             self.problem("the threads of a warpgroup pass different B tiles to one wgmma")
-        b_vals, b_bytes = _wgmma_tile(b_ptr, N if tb else K, K if tb else N, swb, "B")
+        b_vals, b_bytes = _wgmma_tile(b_ptr, N if tb else K, K if tb else N, swb, "B", mma)
         b = b_vals.T if tb else b_vals  # K x N
         reads = [(b_ptr.storage, b_bytes)]
-        if form == "ss":
+        if form in ("ss", "mma_ss"):
             a_ptr = tokens[0][2][0]
-            a_vals, a_bytes = _wgmma_tile(a_ptr, K if ta else M, M if ta else K, swa, "A")
+            a_vals, a_bytes = _wgmma_tile(a_ptr, K if ta else M, M if ta else K, swa, "A", mma)
             a = a_vals.T if ta else a_vals  # M x K
             reads.append((a_ptr.storage, a_bytes))
         else:  # A from the registers of every thread, in the wgmma layout of its own M x K tile
-            alay = FragmentLayout.wgmma((M, K), threads, wg_m, 1)
+            alay = (FragmentLayout.mma if mma else FragmentLayout.wgmma)((M, K), threads, wg_m, 1)
             a = np.full((M, K), np.nan, dtype=np.float32)
             for t, tok in enumerate(tokens):
                 ap = tok[2][0]
@@ -659,7 +670,7 @@ class Emulator:
             if st.reader is not None:
                 st.reader[nbytes] = -2
         prod = a.astype(np.float32) @ b.astype(np.float32)
-        clay = FragmentLayout.wgmma((M, N), threads, wg_m, wg_n)
+        clay = (FragmentLayout.mma if mma else FragmentLayout.wgmma)((M, N), threads, wg_m, wg_n)
         for t, tok in enumerate(tokens):
             pc = _PtrBuf(tok[2][2])
             th = _Thread(_Block(), t, {})
@@ -724,16 +735,22 @@ class Emulator:
 
 
 # -- wgmma (include/tl/wgmma.cuh), all the block's warpgroups at once ----------------------------------------------
-def _wgmma_tile(ptr: _Pointer, rows: int, cols: int, swz: int, what: str) -> tuple[np.ndarray, np.ndarray]:
-    """The ``rows x cols`` stored tile at ``ptr`` in the wgmma swizzled layout of ``swz`` bytes (as float32) and the
-    bytes it covers."""
-    from tilelang_core.transform.cuda.layouts import WGMMA_SWIZZLE_BASE, wgmma_offset_py
+def _wgmma_tile(ptr: _Pointer, rows: int, cols: int, swz: int, what: str,
+                mma: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The ``rows x cols`` stored tile at ``ptr`` in the wgmma swizzled layout of ``swz`` bytes (or, ``mma``, the
+    row-major tile XOR-swizzled at shift ``swz`` that ``tl::gemm_ss`` reads with ldmatrix) as float32, and the bytes
+    it covers."""
+    from tilelang_core.transform.cuda.layouts import WGMMA_SWIZZLE_BASE, swizzle_py, wgmma_offset_py
 
-    code = WGMMA_SWIZZLE_BASE + swz
+    code = swz if mma else WGMMA_SWIZZLE_BASE + swz
     off = _WGMMA_OFFSETS.get((rows, cols, code, ptr.dtype))
     if off is None:
-        off = np.array([[wgmma_offset_py(r, c, rows, code, ptr.dtype) for c in range(cols)] for r in range(rows)],
-                       dtype=np.int64)
+        if mma:
+            off = np.array([[swizzle_py(r * cols + c, swz, ptr.dtype) for c in range(cols)] for r in range(rows)],
+                           dtype=np.int64)
+        else:
+            off = np.array([[wgmma_offset_py(r, c, rows, code, ptr.dtype) for c in range(cols)]
+                            for r in range(rows)], dtype=np.int64)
         _WGMMA_OFFSETS[(rows, cols, code, ptr.dtype)] = off
     st = ptr.storage
     if not st.shared:

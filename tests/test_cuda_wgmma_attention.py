@@ -5,9 +5,10 @@
   PTX ISA's m64 x k16 A fragment of m-block ``mi``, k-slice ``kk`` (warp ``w`` of the warpgroup: rows ``16 w +
   l/4`` and ``+ 8``, columns ``2 (l % 4) + {0, 1}`` and ``+ 8``); the ``wgmma_row`` layout holds exactly the rows of
   the accumulator registers ``row_reg`` maps to it;
-* emulated: the sm_90a kernel (wgmma for both products, the online softmax on ``wgmma_row``) run by the CUDA
-  emulator (``tests/cuda_emulator.py``, which replays ``tl::wgmma_gemm_ss/rs`` from the shared tiles' wgmma
-  layouts and the threads' registers) matches torch on a ragged causal bf16 problem;
+* emulated: the sm_90a kernel (wgmma for both products, the online softmax on ``wgmma_row``), and the mma.sync
+  kernel of sm_90 beside it, run by the CUDA emulator (``tests/cuda_emulator.py``, which replays
+  ``tl::wgmma_gemm_ss/rs`` from the shared tiles' wgmma layouts and the threads' registers) matches torch on a
+  ragged causal bf16 problem;
 * codegen: the classic flash-attention program on sm_90a computes ``S = Q K^T`` with ``tl::wgmma_gemm_ss`` and
   ``O += P V`` with ``tl::wgmma_gemm_rs`` (P from the softmax registers), its online softmax on the ``wgmma_row``
   layout (quad shuffles); nvcc's SASS has HGMMA and no HMMA, without spills; a tile whose warpgroups would split N
@@ -90,6 +91,16 @@ def test_wgmma_row_layout_holds_the_rows_of_the_accumulator_registers(M, N, thre
 
 
 # -- emulated ----------------------------------------------------------------------------------------------------
+
+def test_emulated_mma_sync_flash_attention_matches_torch_on_a_ragged_causal_problem():
+    # the path sm_80/sm_90 (and sm_90a with tl.cuda.wgmma off) take: tl::gemm_ss, P from registers by tl::gemm_rs
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 100, 1, 32, generator=g).to(torch.float16) for _ in range(3))
+    kwargs = {"block_M": 64, "block_N": 64, "num_stages": 2, "threads": 128, "dtype": "float16"}
+    out, = emulate(flash_attention.flash_attention, (1, 1, 100, 32, True), kwargs, [q, k, v], arch="sm_90")
+    ref = flash_attention.reference(q.double(), k.double(), v.double(), True)
+    assert is_close_fraction(out, ref, 2e-2, 2e-2) == 0.0, float((out.double() - ref).abs().max())
+
 
 def test_emulated_sm90a_flash_attention_matches_torch_on_a_ragged_causal_problem():
     # 100 rows: two query blocks, the second ragged; causal: the first block sees one K/V tile, the second two
