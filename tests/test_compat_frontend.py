@@ -302,9 +302,51 @@ def test_alloc_var_reads_as_its_value_in_arithmetic_calls_and_indices():
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 
-def test_pointer_and_tile_annotations_are_refused_pointing_to_the_compat_page():
-    with pytest.raises(NotImplementedError, match=r"T.FragmentBuffer is not supported .* docs/compat.md"):
-        T.FragmentBuffer((4, 4), "float32")
+def test_tile_annotations_of_a_kernel_parameter_are_refused_pointing_to_the_compat_page():
+    @tilelang.jit(target="cpu")
+    def tile_param(M):
+        @T.prim_func
+        def main(A: T.Tensor((M,), "float32"), F: T.FragmentBuffer((M,), "float32")):
+            with T.Kernel(1, threads=32) as _bx:
+                for i in T.Parallel(M):
+                    A[i] = F[i]
+
+        return main
+
+    with pytest.raises(Exception, match=r"T.FragmentBuffer is not supported .* docs/compat.md"):
+        tile_param(8)
+
+
+@tilelang.jit(out_idx=[2], target="cpu")
+def macro_with_tile_annotations(M, N, block_M=16):
+    # TileLang's examples annotate a macro's parameters with T.Tensor / T.SharedBuffer / T.FragmentBuffer / T.int32
+    @T.macro
+    def stage_rows(X: T.Tensor((M, N), "float32"), X_s: T.SharedBuffer([block_M, N], "float32"),
+                   acc: T.FragmentBuffer([block_M, N], "float32"), bx: T.int32):
+        T.copy(X[bx * block_M:(bx + 1) * block_M, :], X_s)
+        T.copy(X_s, acc)
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), S: T.Tensor((M,), "float32"), Y: T.Tensor((M,), "float32")):
+        with T.Kernel(T.ceildiv(M, block_M), threads=64) as bx:
+            X_s = T.alloc_shared([block_M, N], "float32")
+            acc = T.alloc_fragment([block_M, N], "float32")
+            r = T.alloc_fragment([block_M], "float32")
+            stage_rows(X, X_s, acc, bx)
+            T.reduce_sum(acc, r, dim=1)
+            for i in T.Parallel(block_M):
+                Y[bx * block_M + i] = r[i] * S[bx * block_M + i]
+
+    return main
+
+
+def test_macro_parameters_annotated_as_tiles_take_the_callers_tiles():
+    assert repr(T.SharedBuffer([16, 8], "float16")) == "T.SharedBuffer([16, 8], 'float16')"
+    x, s = torch.randn(48, 24), torch.randn(48)
+    torch.testing.assert_close(macro_with_tile_annotations(48, 24)(x, s), x.sum(1) * s, rtol=1e-5, atol=1e-5)
+
+
+def test_pointer_annotations_are_refused_pointing_to_the_compat_page():
     with pytest.raises(NotImplementedError, match=r"T.Tensor.from_ptr is not supported .* docs/compat.md"):
         T.Tensor.from_ptr(None, (4,), "float32")
 

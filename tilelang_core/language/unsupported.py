@@ -59,12 +59,16 @@ UNSUPPORTED: dict[str, str] = {
     "annotate_safe_value": "not built (ragged edges are guarded by the compiler)",
     "annotate_l2_hit_ratio": _GPU_INTRINSIC, "annotate_restrict_buffers": "not built (parameters never alias "
                                                                           "here: the runtime refuses overlaps)",
-    "annotate_ws_schedule": "warp specialisation is not built", "ws_op": "warp specialisation is not built",
+    "annotate_ws_schedule": "explicit warp-specialisation schedules are not built (the CUDA backend specialises "
+                            "T.Pipelined loops itself on Hopper; tl.disable_warp_specialized turns it off)",
+    "ws_op": "explicit warp-specialisation schedules are not built (the CUDA backend specialises T.Pipelined loops "
+             "itself on Hopper)",
     "annotate_min_blocks_per_sm": _GPU_INTRINSIC,
     "Persistent": "persistent loops are not built; use T.Kernel over the tiles",
     "ClusterKernel": "thread-block clusters are not built; use T.Kernel",
     "CUDASourceCodeKernel": "kernels from CUDA source are not built; write the kernel in the tile language",
     # kernel parameters (docs/compat.md, "Language: kernel parameters, shapes and the frontend")
+    # as T.macro parameter annotations they are accepted (TileAnnotation below); as kernel parameters:
     "FragmentBuffer": "kernel parameters are global tensors (T.Tensor); allocate tiles with T.alloc_fragment",
     "SharedBuffer": "kernel parameters are global tensors (T.Tensor); allocate tiles with T.alloc_shared",
     "LocalBuffer": "kernel parameters are global tensors (T.Tensor); allocate tiles with T.alloc_local",
@@ -73,12 +77,50 @@ UNSUPPORTED: dict[str, str] = {
 }
 
 
+# tile annotations: fine on a T.macro's parameters (documentation of what the caller passes), refused on a kernel's
+TILE_ANNOTATIONS = ("FragmentBuffer", "SharedBuffer", "LocalBuffer")
+
+
+class TileAnnotation:
+    """What ``T.SharedBuffer(shape, dtype)`` (and ``T.FragmentBuffer`` / ``T.LocalBuffer``) gives when Python
+    evaluates a ``T.macro``'s parameter annotations, as TileLang's examples write them: an annotation only; the
+    macro receives the caller's tile. A kernel (``T.prim_func``) parameter with it is refused, with the reason."""
+
+    def __init__(self, kind: str, shape: Any, dtype: Any) -> None:
+        self.kind, self.shape, self.dtype = kind, shape, dtype
+
+    def __repr__(self) -> str:
+        return f"T.{self.kind}({self.shape!r}, {self.dtype!r})"
+
+
+def _in_tvmscript_parser() -> bool:
+    """True when TVMScript's parser is evaluating this call (a ``T.prim_func``'s signature), not Python's ``def``."""
+    import sys
+
+    f = sys._getframe(2)
+    while f is not None:
+        if "/tvm/script/parser/" in f.f_code.co_filename.replace("\\", "/"):
+            return True
+        f = f.f_back
+    return False
+
+
 def refusal(name: str) -> Any:
     """A stand-in for ``T.<name>`` that raises, when called, why it is not supported."""
     why = UNSUPPORTED[name]
 
-    def not_supported(*_args: Any, **_kwargs: Any) -> Any:
-        raise NotImplementedError(f"T.{name} is not supported by tilelang_core: {why} (see {COMPAT_DOC})")
+    def not_supported(*args: Any, **kwargs: Any) -> Any:
+        msg = f"T.{name} is not supported by tilelang_core: {why} (see {COMPAT_DOC})"
+        if name in TILE_ANNOTATIONS:
+            if not _in_tvmscript_parser():
+                shape = args[0] if args else kwargs.get("shape")
+                dtype = args[1] if len(args) > 1 else kwargs.get("dtype", "float32")
+                return TileAnnotation(name, shape, dtype)
+            # a kernel parameter: TVMScript swallows what its evaluation raises; jit reports this at that line
+            from .dtypes import ANNOTATION_ERRORS
+
+            ANNOTATION_ERRORS.last = (msg, f"{name}(")
+        raise NotImplementedError(msg)
 
     not_supported.__name__ = name
     return not_supported
