@@ -220,6 +220,10 @@ def test_autotune_decorator_takes_tileLangs_options_and_configs_function():
 
     kernel = tuned(32, 16)
     assert kernel.config["block_M"] in (8, 16)
+    # TileLang's examples print these of the tuned kernel
+    best = min((m for m in tuned.result.measurements if m.latency_ms is not None), key=lambda m: m.latency_ms)
+    assert kernel.latency == best.latency_ms > 0
+    assert kernel.ref_latency == tuned.result.reference_ms
     assert set(seen[0].unique().tolist()) <= {-2.0, -1.0, 0.0, 1.0, 2.0}  # Integer supply reached the check
     x = torch.randn(32, 16)
     torch.testing.assert_close(kernel(x), 2 * x)

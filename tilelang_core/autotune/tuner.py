@@ -465,7 +465,11 @@ class AutoTuner:
                 kernel.tuning_default = known
                 self._kernels[key] = kernel
                 return kernel
-        kernel = self.tune(*args, **kwargs).best_kernel
+        result = self.tune(*args, **kwargs)
+        kernel = result.best_kernel
+        # TileLang's names on the tuned kernel: the best configuration's latency (ms) and the reference's
+        kernel.latency = result.best.latency_ms
+        kernel.ref_latency = result.reference_ms
         self._kernels[key] = kernel
         return kernel
 
