@@ -184,14 +184,10 @@ def _sm90_candidates(M: int, N: int, K: int, dtype: str, accum_dtype: str, arch:
             if plan is None:
                 yield Candidate(cand, f"wgmma: {why}")
                 continue
-            need = smem_bytes(bm, bn, bk, st, dtype)
-            if need > limit:
-                yield Candidate(cand, f"shared memory: {need} bytes > {limit} per block")
-                continue
             acc = bm * bn // threads
-            budget = register_budget(threads, ws)
-            if acc + REGISTER_MARGIN > budget:
-                yield Candidate(cand, f"registers: {acc} accumulators + {REGISTER_MARGIN} > {budget} per thread")
+            why = _resources_why(bm, bn, bk, st, dtype, acc, limit, register_budget(threads, ws))
+            if why:
+                yield Candidate(cand, why)
                 continue
             if quick and not ws and st != stages[-1]:
                 yield Candidate(cand, "quick: the producer-less form only at the deepest ring")
@@ -217,6 +213,17 @@ def _sm90_candidates(M: int, N: int, K: int, dtype: str, accum_dtype: str, arch:
                 yield Candidate({**base, PASS_CONFIGS: pcs} if pcs else dict(base))
 
 
+def _resources_why(bm: int, bn: int, bk: int, stages: int, dtype: str, acc: int, smem_limit: int,
+                   reg_budget: int) -> str:
+    """Why a tile does not fit a block's shared memory or a thread's registers ('' when it fits)."""
+    need = smem_bytes(bm, bn, bk, stages, dtype)
+    if need > smem_limit:
+        return f"shared memory: {need} bytes > {smem_limit} per block"
+    if acc + REGISTER_MARGIN > reg_budget:
+        return f"registers: {acc} accumulators + {REGISTER_MARGIN} > {reg_budget} per thread"
+    return ""
+
+
 def _sm80_candidates(M: int, N: int, K: int, dtype: str, accum_dtype: str, arch: str,
                      quick: bool) -> Iterator[Candidate]:
     from ..backend.cuda.resources import limits_for
@@ -236,14 +243,9 @@ def _sm80_candidates(M: int, N: int, K: int, dtype: str, accum_dtype: str, arch:
         if plan.kind != "mma":
             yield Candidate(cand, "mma.sync: the tile does not divide into the warps' 16x8 steps")
             continue
-        need = smem_bytes(bm, bn, bk, st, dtype)
-        if need > limit:
-            yield Candidate(cand, f"shared memory: {need} bytes > {limit} per block")
-            continue
-        acc = bm * bn // threads
-        budget = min(255, 65536 // threads) // 8 * 8
-        if acc + REGISTER_MARGIN > budget:
-            yield Candidate(cand, f"registers: {acc} accumulators + {REGISTER_MARGIN} > {budget} per thread")
+        why = _resources_why(bm, bn, bk, st, dtype, bm * bn // threads, limit, min(255, 65536 // threads) // 8 * 8)
+        if why:
+            yield Candidate(cand, why)
             continue
         yield Candidate(cand)
 

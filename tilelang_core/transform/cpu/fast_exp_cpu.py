@@ -168,7 +168,9 @@ def _hoist_store(s: Any) -> Any:
         if getattr(call.op, "name", None) not in _REWRITTEN or len(call.args) != 1:
             return call
         x = call.args[0]
-        if not isinstance(x, (tvm.ir.Var, tirx.IntImm, tirx.FloatImm)):
+        if _rewrite(call).same_as(call):  # kept as a call (float64, an op with no fast form): nothing to share
+            return call
+        if not isinstance(x, (tvm.ir.Var, tirx.IntImm, tirx.FloatImm)) and "x" not in dtype_of(x):  # scalars only
             # a one-element local buffer, not a let: TVM's simplifier substitutes a pure let's value into every
             # use (undoing the binding), but never looks through a load
             buf = tirx.decl_buffer((1,), dtype_of(x), f"fx{len(binds) // 2}", scope="local")

@@ -593,12 +593,22 @@ class LowerTileOpsCUDA(Rewriter):
             return self._gemm_wgmma(s, ops, a, b, clay, stmts)
         return self._gemm_fma(s, ops, a, b, c, clay, stmts)
 
+    def _zeroed(self, loc: Any, lay: FragmentLayout) -> Any:
+        """Every register of an accumulator set to 0 (``clear_accum=True``)."""
+        return self.unrolled(lay.num_regs, lambda r: tirx.BufferStore(loc, tirx.const(0, str(loc.dtype)), [r]), True)
+
+    def _wgmma_b_args(self, b: Region, tb: bool, wn: int) -> tuple[int, str]:
+        """The column chunk of one wgmma instruction for a warpgroup's ``wn`` columns of B, and the template's
+        trailing ``PENDING`` argument (empty when the call waits for its own group)."""
+        swb = self.swizzle.get(b.buffer, 0) - WGMMA_SWIZZLE_BASE
+        w_b = 1 if tb else swb // dtype_bytes(str(b.buffer.dtype))
+        return wgmma_chunk_n(wn, w_b), (f", {self.wgmma_pending}" if self.wgmma_pending else "")
+
     def _gemm_mma(self, s: Any, ops: dict[str, Any], a: Region, b: Region, c: Region, lay: FragmentLayout,
                   stmts: list[Any]) -> Any:
         loc = self.locals[c.buffer]
         if ops["clear"]:
-            stmts.append(self.unrolled(lay.num_regs, lambda r: tirx.BufferStore(loc, tirx.const(0, str(loc.dtype)),
-                                                                                  [r]), True))
+            stmts.append(self._zeroed(loc, lay))
         swa = self.swizzle.get(a.buffer, self.new_swizzle.get(a.buffer, 0))
         swb = self.swizzle.get(b.buffer, 0)
         M, N, K = ops["M"], ops["N"], ops["K"]
@@ -615,8 +625,7 @@ class LowerTileOpsCUDA(Rewriter):
         a pipelined loop (``self.wgmma_pending``), for the previous one."""
         loc = self.locals[ops["c"].buffer]
         if ops["clear"]:
-            stmts.append(self.unrolled(lay.num_regs, lambda r: tirx.BufferStore(loc, tirx.const(0, str(loc.dtype)),
-                                                                                  [r]), True))
+            stmts.append(self._zeroed(loc, lay))
         swa = self.swizzle.get(a.buffer, 0) - WGMMA_SWIZZLE_BASE
         swb = self.swizzle.get(b.buffer, 0) - WGMMA_SWIZZLE_BASE
         if swa <= 0 or swb <= 0:
@@ -624,9 +633,7 @@ class LowerTileOpsCUDA(Rewriter):
             return s
         M, N, K = ops["M"], ops["N"], ops["K"]
         ta, tb = int(ops["ta"]), int(ops["tb"])
-        w_b = 1 if tb else swb // dtype_bytes(str(b.buffer.dtype))
-        nc = wgmma_chunk_n(N // lay.warp_n, w_b)
-        pending = f", {self.wgmma_pending}" if self.wgmma_pending else ""
+        nc, pending = self._wgmma_b_args(b, bool(tb), N // lay.warp_n)
         name = (f"tl::wgmma_gemm_ss<{M}, {N}, {K}, {lay.warp_m}, {lay.warp_n}, {nc}, {ta}, {tb}, {swa}, {swb}"
                 f"{pending}>")
         stmts.append(extern(name, tirx.address_of(_load(a.buffer, a.mins)), tirx.address_of(_load(b.buffer, b.mins)),
@@ -651,17 +658,14 @@ class LowerTileOpsCUDA(Rewriter):
         b = ops["b"]
         loc = self.locals[ops["c"].buffer]
         if ops["clear"]:
-            stmts.append(self.unrolled(lay.num_regs, lambda r: tirx.BufferStore(loc, tirx.const(0, str(loc.dtype)),
-                                                                                  [r]), True))
+            stmts.append(self._zeroed(loc, lay))
         swb = self.swizzle.get(b.buffer, 0) - WGMMA_SWIZZLE_BASE
         if swb <= 0:
             self.error(s.span, "T.gemm: internal error: the wgmma B operand has no wgmma shared layout")
             return s
         M, N, K = ops["M"], ops["N"], ops["K"]
         tb = int(ops["tb"])
-        w_b = 1 if tb else swb // dtype_bytes(str(b.buffer.dtype))
-        nc = wgmma_chunk_n(N, w_b)
-        pending = f", {self.wgmma_pending}" if self.wgmma_pending else ""
+        nc, pending = self._wgmma_b_args(b, bool(tb), N)
         name = f"tl::wgmma_gemm_rs<{M}, {N}, {K}, {lay.warp_m}, {nc}, {tb}, {swb}{pending}>"
         aloc = self.locals[ops["a"].buffer]
         stmts.append(extern(name, tirx.address_of(_load(aloc, [_imm(0)])), tirx.address_of(_load(b.buffer, b.mins)),
@@ -691,8 +695,7 @@ class LowerTileOpsCUDA(Rewriter):
         a, b, c = ops["a"], ops["b"], ops["c"]
         loc = self.locals[c.buffer]
         if ops["clear"]:
-            stmts.append(self.unrolled(lay.num_regs, lambda r: tirx.BufferStore(loc, tirx.const(0, str(loc.dtype)),
-                                                                                  [r]), True))
+            stmts.append(self._zeroed(loc, lay))
         swb = self.swizzle.get(b.buffer, 0)
         M, N, K = ops["M"], ops["N"], ops["K"]
         name = f"tl::gemm_rs<{M}, {N}, {K}, {lay.warp_m}, {int(ops['tb'])}, {swb}>"
