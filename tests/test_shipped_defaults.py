@@ -144,6 +144,18 @@ def test_the_packaged_file_reads_and_ships_with_the_package():
     assert '"autotune/data/*.json"' in package_data  # the wheel carries the file
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("M,N,K", [(4096, 4096, 4096), (8192, 8192, 8192), (128, 8192, 28672), (16, 8192, 8192)])
+def test_the_packaged_h200_rows_answer_the_quickstart_at_issue_15s_shapes(M, N, K, dtype):
+    # The packaged file is the H200 sweep's output: it must still match the quickstart program as it is now (its
+    # source hash), or every call would silently fall back to no default.
+    d = default_config(matmul_relu, problem(M, N, K, dtype), {"kind": "cuda", "arch": "sm_90a"}, device=H200,
+                       db=False)
+    assert d is not None and (d.source, d.match) == ("shipped", "exact")
+    assert d.measurement.passed and d.measurement.stage == "clean_l2" and d.measurement.ref_ms > 0
+    assert {"block_M", "block_N", "block_K", "num_stages", "threads"} <= set(d.config)
+
+
 def test_the_decorator_from_db_compiles_with_a_shipped_default(tmp_path, monkeypatch):
     monkeypatch.setenv("TILELANG_CORE_CACHE_DIR", str(tmp_path))
     tuned = {"block_M": 32, "block_N": 16, "block_K": 16, "num_stages": 1, "threads": 64}

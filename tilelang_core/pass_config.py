@@ -123,10 +123,10 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "template (cp.async + ldmatrix + mma.sync); False keeps the generic pipelined loop"),
     Option(K.TL_CUDA_STREAMING_LOADS, "bool", True, "CUDA: evict-first (__ldcs) loads for inputs read once in a "
            "read-dominated kernel (a cache hint: results are unchanged)"),
-    Option(K.TL_CUDA_SPLIT_MASKED_ITERATIONS, "bool", False, "CUDA: a T.Parallel mask affine in a serial loop's "
+    Option(K.TL_CUDA_SPLIT_MASKED_ITERATIONS, "bool", True, "CUDA: a T.Parallel mask affine in a serial loop's "
            "variable (causal, ragged) tested per element only on the iterations where it can be false "
-           "(tl.SplitMaskedIterations; always on for the CPU). Off by default on CUDA until measured and checked "
-           "on a GPU (docs/attention_masks.md)"),
+           "(tl.SplitMaskedIterations; always on for the CPU). False tests the mask on every iteration, as "
+           "written (docs/attention_masks.md)"),
     Option(K.TL_CUDA_WGMMA, "bool", True, "CUDA sm_90a: T.gemm of shared tiles as Hopper wgmma.mma_async "
            "(warpgroups, swizzled shared layouts); False keeps mma.sync (the reason is noted in the trace)"),
     Option(K.TL_CUDA_WGMMA_PIPELINE, "bool", True, "CUDA sm_90a: in a T.Pipelined loop (num_stages >= 3) whose "
