@@ -50,6 +50,7 @@ class PassConfigKey:
     TL_CUDA_SETMAXNREG = "tl.cuda.setmaxnreg"
     TL_CUDA_PERSISTENT = "tl.cuda.persistent"
     TL_CUDA_SPLIT_MASKED_ITERATIONS = "tl.cuda.split_masked_iterations"
+    TL_CUDA_TMA_STORE = "tl.cuda.tma_store"
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,11 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
     Option(K.TL_CUDA_PERSISTENT, "int", 0, "CUDA sm_90, a warp-specialised GEMM loop with more output tiles than "
            "blocks it may launch: 0 launches one block per SM (132) that walks the tiles in order, loading the next "
            "tile during this tile's epilogue; n > 0 launches n blocks; -1 keeps one block per tile", minimum=-1),
+    Option(K.TL_CUDA_TMA_STORE, "bool", False, "CUDA sm_90a, a wgmma GEMM whose T.copy writes the whole "
+           "accumulator tile into a 2-D float16/bfloat16 tensor (rows a multiple of 16 bytes): the tile goes out "
+           "through a swizzled shared staging ring and TMA stores (cp.async.bulk.tensor, ragged edges clipped by "
+           "the tensor map), issued by one thread, instead of each thread's register stores; off by default until "
+           "measured on the H200 (transform/cuda/sm90/tma_store.py; why a kernel keeps register stores is noted)"),
     Option(K.TL_CUDA_COMPILER, "choice", "auto", "CUDA: what turns CUDA C into a cubin: 'nvcc', 'nvrtc' (the CUDA "
            "Python bindings) or 'auto' (nvcc when found, else NVRTC)", choices=("auto", "nvcc", "nvrtc")),
 ]}

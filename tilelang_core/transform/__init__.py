@@ -76,6 +76,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
     from .cuda.lower_tile_ops_cuda import lower_tile_ops_cuda
     from .cuda.lower_tile_views_cuda import lower_tile_views_cuda
     from .cuda.pipeline_cuda import pipeline_cuda
+    from .cuda.sm90.tma_store import tma_store_cuda
     from .cuda.small_int_to_half_cuda import small_int_to_half_cuda
     from .cuda.split_k_cuda import split_k_cuda
     from .cuda.warp_specialize_cuda import warp_specialize_cuda
@@ -98,6 +99,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
         ("tl.SplitKCUDA", lambda f: split_k_cuda(f, arch, opts)),
         ("tl.PipelineCUDA", lambda f: pipeline_cuda(f, opts, arch)),
         ("tl.InsertSyncsCUDA", insert_syncs_cuda),
+        ("tl.TmaStoreCUDA", lambda f: tma_store_cuda(f, opts, arch)),
         ("tl.LowerTileOpsCUDA", lower_tile_ops_cuda),
         ("tl.FP8EncodeCUDA", fp8_encode_cuda),
         ("tl.LowerParallelCUDA", lower_parallel_cuda),

@@ -113,9 +113,12 @@ def _tma_source(source: str, kname: str, nmaps: int) -> str:
     (``tl::TmaDescs<n> tl_tmaps``, in the declaration and the definition), and each ``tl::tma_load_2d<i>`` reads
     map ``i`` of it (the TIR cannot name a parameter TVM does not know)."""
     source = re.sub(r"tl::tma_load_2d<(\d+)>\(", r"tl::tma_load_2d(&tl_tmaps.m[\1], ", source)
+    # TMA stores of the epilogue (sm90/tma_store.py); a kernel whose tensors all go through maps has no other
+    # parameter left
+    source = re.sub(r"tl::tma_store_2d<(\d+)>\(", r"tl::tma_store_2d(&tl_tmaps.m[\1], ", source)
     sig = re.compile(rf"(__global__\s+void\s+(?:__launch_bounds__\(\d+\)\s+)?{re.escape(kname)}\s*\()([^)]*)\)")
-    return sig.sub(lambda m: f"{m.group(1)}{m.group(2)}, const __grid_constant__ tl::TmaDescs<{nmaps}> tl_tmaps)",
-                   source)
+    return sig.sub(lambda m: f"{m.group(1)}{m.group(2)}{', ' if m.group(2).strip() else ''}const __grid_constant__ "
+                             f"tl::TmaDescs<{nmaps}> tl_tmaps)", source)
 
 
 def _tir_pipeline() -> Any:

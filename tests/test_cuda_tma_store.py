@@ -1,0 +1,136 @@
+"""The wgmma GEMM epilogue through a shared staging ring and TMA stores on sm_90a (pass_configs
+``tl.cuda.tma_store``, ``transform/cuda/sm90/tma_store.py``), checked without a GPU: the kernel's source and SASS,
+the store map its artifact describes for the launcher, the shared-memory budget, why a kernel keeps its register
+stores, and the option itself. The GPU suite runs the kernels against torch (tests/gpu/test_tma_store.py)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kernel_cache import entries
+
+import tilelang_core as tilelang
+from tilelang_core.backend.cuda import codegen as cuda_codegen
+from tilelang_core.jit import _normalize_out_idx, _param_specs
+from tilelang_core.jit.cuda import build_artifact
+from tilelang_core.pass_config import resolve
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_cuda_wgmma import _cuobjdump  # noqa: E402
+from wgmma_kernels import gemm_t  # noqa: E402
+
+ON = {"tl.cuda.tma_store": True}
+# the H200 default for the fp16 4096^3 quickstart: two consumer warpgroups, warp-specialised, persistent (512 tiles)
+FLAGSHIP = (4096, 4096, 4096, 128, 256, 64, False, False, 4, 256, "float16")
+
+
+def _artifact(tmp_path, args, pass_configs=None, compile_cubin=True):
+    func = gemm_t.get_program(*args)
+    art = build_artifact(func, tmp_path, {"kind": "cuda", "arch": "sm_90a"}, _param_specs(func),
+                         _normalize_out_idx([-1], 3), compile_cubin=compile_cubin, pass_configs=pass_configs)
+    return art, (tmp_path / "kernel.cu").read_text()
+
+
+def _sass(tmp_path, art):
+    dis = _cuobjdump()
+    if dis is None:
+        pytest.skip("no cuobjdump: the SASS check needs the disassembler")
+    return subprocess.run([dis, "-sass", str(tmp_path / art.extra["cuda"]["cubin"])], capture_output=True,
+                          text=True, check=True).stdout
+
+
+def _lowered(args, pass_configs=None):
+    seen = {}
+    cuda_codegen.lower(gemm_t.get_program(*args), record=lambda n, f, _s: seen.__setitem__(n, f), arch="sm_90a",
+                       options=resolve(pass_configs))
+    return seen
+
+
+def _notes(func):
+    return [str(n) for n in func.attrs["tl.notes"]] if "tl.notes" in func.attrs else []
+
+
+def test_the_persistent_gemm_epilogue_goes_out_through_tma_stores_from_a_swizzled_ring(tmp_path):
+    art, src = _artifact(tmp_path, FLAGSHIP, ON)
+    # a 256-column slice of 64-column blocks (128 B atoms): four boxes of 64 x 128, from a ring of two slabs
+    assert src.count("tl::tma_store_2d(&tl_tmaps.m[2], ") == 4 and src.count("tl::tma_store_commit();") == 4
+    assert src.count("tl::wgmma_acc_to_slabs<1, 32, 2, 1, 128, 64, 128, ") == 4
+    assert "(half2*)(C_ptr" not in src and "C_ptr" not in src  # no register store to C is left
+    assert "const __grid_constant__ tl::TmaDescs<3> tl_tmaps)" in src
+    maps = art.extra["cuda"]["tma"]
+    assert maps[2] == {"param": "C", "dtype": "float16", "dims": [4096, 4096], "box": [64, 128], "swizzle": 128,
+                       "store": True}
+    # every slab write is fenced for the async proxy before the barrier that hands the slab to the issuing thread
+    steps = src.split("tl::wgmma_acc_to_slabs<")[1:]
+    for step in steps:
+        assert step.index("tl::fence_proxy_async();") < step.index("tl::named_barrier_sync<1, 256>();") < \
+            step.index("tl::tma_store_2d(")
+    # persistent: the last store has read the ring before the next tile's barrier lets its writes begin
+    tile_loop = src[src.index("for (int tile_iter_1 = 0"):]
+    assert tile_loop.index("tl::named_barrier_sync<1, 256>();") < tile_loop.index("tl::wgmma_acc_to_slabs<")
+    tail = tile_loop[tile_loop.rindex("tl::tma_store_commit();"):]
+    assert "tl::tma_store_wait_read<0>();" in tail
+    assert "0 bytes spill stores" in art.extra["cuda"]["ptxas_info"]
+    sass = _sass(tmp_path, art)
+    assert sass.count("UTMASTG.2D") == 4 and "UTMALDG.2D" in sass and "HGMMA.64x256x16.F32" in sass
+    assert not re.search(r"\bSTG\b", sass)  # nothing reaches global memory but through the tensor map
+
+
+def test_a_ragged_bf16_gemm_that_is_not_warp_specialised_stages_over_its_dead_pipeline_tiles(tmp_path):
+    args = (1000, 1000, 512, 128, 256, 64, False, False, 4, 256, "bfloat16")
+    pcs = {"tl.disable_warp_specialized": True}
+    art, src = _artifact(tmp_path, args, {**pcs, **ON})
+    (tmp_path / "off").mkdir()
+    off, _ = _artifact(tmp_path / "off", args, pcs, compile_cubin=False)
+    # the box is clipped at the tensor's 1000 rows and columns: no bounds test in the epilogue
+    assert art.extra["cuda"]["tma"][-1] == {"param": "C", "dtype": "bfloat16", "dims": [1000, 1000],
+                                            "box": [64, 128], "swizzle": 128, "store": True}
+    assert src.count("tl::tma_store_2d(") == 4 and "C_ptr" not in src
+    # the ring lies over the stages, which are dead after the loop: no more shared memory than the register stores
+    assert art.extra["cuda"]["dyn_smem"] == off.extra["cuda"]["dyn_smem"]
+    assert "0 bytes spill stores" in art.extra["cuda"]["ptxas_info"]
+    assert _sass(tmp_path, art).count("UTMASTG.2D") == 4
+
+
+def test_with_the_key_off_the_pass_returns_the_kernel_untouched():
+    args = (1024, 768, 512, 128, 256, 64, False, False, 4, 256, "float16")
+    off = _lowered(args)
+    assert off["tl.TmaStoreCUDA"].same_as(off["tl.InsertSyncsCUDA"])
+    assert not any("TMA stores" in n for n in _notes(off["tl.TmaStoreCUDA"]))
+    on = _lowered(args, ON)
+    assert not on["tl.TmaStoreCUDA"].same_as(on["tl.InsertSyncsCUDA"])
+
+
+def test_an_epilogue_that_cannot_take_tma_stores_keeps_register_stores_and_says_why():
+    # rows of C of 1004 halves are 2008 bytes, not a multiple of 16
+    ragged = _lowered((256, 1004, 128, 128, 128, 64, False, False, 3, 256, "float16"), ON)["tl.TmaStoreCUDA"]
+    assert any("keeps register stores, not TMA stores" in n and "not a multiple of 16" in n
+               for n in _notes(ragged)), _notes(ragged)
+    assert "tma_store" not in ragged.script()
+    # warp-specialised 192 x 256 tiles in four stages fill 224 KiB: not even one 24 KiB slab fits beside them
+    full = _lowered((768, 1024, 512, 192, 256, 64, False, False, 4, 384, "float16"), ON)["tl.TmaStoreCUDA"]
+    assert any("does not fit in shared memory" in n for n in _notes(full)), _notes(full)
+    assert "tl.tma_maps" not in full.attrs or '"store"' not in str(full.attrs["tl.tma_maps"])
+
+
+def test_a_split_k_epilogue_is_noted_and_compiles_as_before():
+    args = (16, 1024, 2048, 64, 256, 64, False, False, 4, 128, "float16")
+    on = _lowered(args, {"tl.cuda.split_k": 2, **ON})["tl.TmaStoreCUDA"]
+    assert any("inside a condition or a loop" in n for n in _notes(on)), _notes(on)
+
+
+def test_the_key_is_validated_and_part_of_the_cache_key(cache_dir):
+    with pytest.raises(ValueError, match=r"pass_configs\['tl.cuda.tma_store'\]: expected True or False, got 1"):
+        resolve({"tl.cuda.tma_store": 1})
+    assert resolve(ON).key() != resolve(None).key()
+    assert resolve({"tl.cuda.tma_store": False}).key() == resolve(None).key()
+    from test_pass_configs import scale_kernel
+
+    tilelang.jit(out_idx=-1)(scale_kernel)(96, 2.0)
+    n = len(entries(cache_dir))
+    k = tilelang.jit(out_idx=-1, pass_configs=ON)(scale_kernel)(96, 2.0)
+    assert k.cache_status == "compiled" and len(entries(cache_dir)) == n + 1
