@@ -134,3 +134,91 @@ def test_the_key_is_validated_and_part_of_the_cache_key(cache_dir):
     n = len(entries(cache_dir))
     k = tilelang.jit(out_idx=-1, pass_configs=ON)(scale_kernel)(96, 2.0)
     assert k.cache_status == "compiled" and len(entries(cache_dir)) == n + 1
+
+
+# -- the staging writes of include/tl/tma.cuh, run on the host -----------------------------------------------------
+# The header's tl::wgmma_acc_to_slabs compiled by the host C++ compiler with the CUDA types stubbed (a "half" holds
+# a thread/register tag) and run for every thread of the block: each accumulator element must land exactly once, at
+# the place in its slab where the TMA box of the tensor map reads tile element (row, col) — the wgmma swizzled
+# layout of layouts.wgmma_offset_py, the same the TMA loads fill — and one warp store instruction must touch every
+# bank once (the 128 B swizzle; unswizzled rows 128 bytes apart would be an 8-way conflict).
+HEADER = Path(__file__).resolve().parents[1] / "tilelang_core" / "backend" / "cuda" / "include" / "tl" / "tma.cuh"
+STUBS = r"""
+#include <cstdio>
+#include <vector>
+#define __device__
+#define __forceinline__ inline
+struct { int x; } threadIdx;
+struct half { unsigned short v; };  // 2 bytes, as on the device (the swizzle reads the element size)
+struct __nv_bfloat16 { unsigned short v; };
+struct __half2 { half x, y; };
+struct __nv_bfloat162 { __nv_bfloat16 x, y; };
+using u16 = unsigned short;
+inline __half2 __floats2half2_rn(float a, float b) { return {{u16(a)}, {u16(b)}}; }
+inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {{u16(a)}, {u16(b)}}; }
+"""
+HARNESS = r"""
+template <int Step> void run(int threads, int slab_elems, int nregs) {
+  std::vector<half> out(slab_elems, half{65535});
+  std::vector<float> acc(nregs);
+  for (int t = 0; t < threads; ++t) {
+    threadIdx.x = t;
+    for (int r = 0; r < nregs; ++r) acc[r] = float(t * 128 + r);  // a tag: thread and register
+    wgmma_acc_to_slabs<MI, NT, WM, WN, ROWS, W, SWZ, Step>(acc.data(), out.data());
+  }
+  for (int e = 0; e < slab_elems; ++e) printf("%d %d %d\n", Step, e, out[e].v);
+}
+int main() {
+  constexpr int steps = NT * 8 / W;
+  [&]<int... J>(std::integer_sequence<int, J...>) {
+    (run<J>(WM * WN * 128, WN * ROWS * W, MI * NT * 4), ...);
+  }(std::make_integer_sequence<int, steps>{});
+}
+"""
+
+
+@pytest.mark.parametrize("shape, wm, wn", [((128, 256), 2, 1), ((64, 256), 1, 2), ((128, 128), 1, 1),
+                                           ((192, 192), 3, 1)])
+def test_the_headers_staging_writes_put_every_accumulator_element_where_the_store_box_reads_it(tmp_path, shape, wm,
+                                                                                             wn):
+    import shutil
+
+    from tilelang_core.transform.cuda.layouts import WGMMA_SWIZZLE_BASE, FragmentLayout, wgmma_offset_py
+
+    cxx = shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    text = HEADER.read_text()
+    body = text[text.index("// the pair (a, b) stored at"):text.index("// a 2-D box of shared memory at `src`")]
+    lay = FragmentLayout.wgmma(shape, wm * wn * 128, wm, wn)
+    mi, nt = lay.wgmma_tiles
+    rows, w, swz = shape[0], 64, 128
+    consts = f"constexpr int MI = {mi}, NT = {nt}, WM = {wm}, WN = {wn}, ROWS = {rows}, W = {w}, SWZ = {swz};\n"
+    src = tmp_path / "h.cpp"
+    src.write_text(STUBS + "#include <utility>\nnamespace tl {\n" + body + "}\nusing namespace tl;\n" + consts
+                   + HARNESS)
+    exe = tmp_path / "h"
+    subprocess.run([cxx, "-std=c++20", "-O1", "-w", str(src), "-o", str(exe)], check=True, capture_output=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
+    got = {(int(j), int(e)): int(v) for j, e, v in (line.split() for line in out if line)}
+    slice_cols, slab = shape[1] // wn, rows * w
+    want = {}
+    for t in range(lay.threads):
+        for r in range(lay.num_regs):
+            row, col = lay.element_of(t, r)
+            gc, local = divmod(col, slice_cols)
+            j, c = divmod(local, w)
+            want[(j, gc * slab + wgmma_offset_py(row, c, rows, WGMMA_SWIZZLE_BASE + swz, "float16"))] = t * 128 + r
+    assert got == want  # every slot written once, by the thread and register that hold that element
+    # banks: the 32 lanes of warp 0's first store instruction (register pair 0) write 4 bytes each
+    words = {(2 * e) // 4 for (j, e), v in got.items() if j == 0 and v // 128 < 32 and v % 128 == 0}
+    assert len(words) == 32 and len({x % 32 for x in words}) == 32
+
+
+def test_a_store_map_over_a_misaligned_tensor_names_the_key_that_avoids_it():
+    pytest.importorskip("cuda.bindings.driver")
+    from tilelang_core.runtime.exported import encode_tensor_map
+
+    spec = {"param": "C", "dtype": "float16", "dims": [256, 256], "box": [64, 128], "swizzle": 128, "store": True}
+    with pytest.raises(RuntimeError, match=r"argument 'C'.*multiple of 16 bytes.*'tl.cuda.tma_store': False"):
+        encode_tensor_map(spec, 0x1008)

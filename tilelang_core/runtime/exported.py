@@ -254,9 +254,10 @@ def encode_tensor_map(spec: dict[str, Any], address: int) -> bytes:
     from cuda.bindings import driver
 
     if address % 16:
+        off = "'tl.cuda.tma_store': False" if spec.get("store") else "'tl.disable_tma_lower': True"  # a store map
         raise RuntimeError(f"argument {spec['param']!r}: its data starts at an address that is not a "
                                    "multiple of 16 bytes, which TMA needs; pass a tensor that is not an offset view, "
-                                   "or compile with pass_configs={'tl.disable_tma_lower': True}")
+                                   f"or compile with pass_configs={{{off}}}")
     # float8 tiles travel as bytes (TMA only copies; the OOB fill is zero bytes, +0.0 in both float8 formats)
     dtypes = {"float16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
               "bfloat16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
