@@ -14,6 +14,7 @@ import pytest
 from kernel_cache import entries
 
 import tilelang_core as tilelang
+import tilelang_core.language as T
 from tilelang_core.backend.cuda import codegen as cuda_codegen
 from tilelang_core.jit import _normalize_out_idx, _param_specs
 from tilelang_core.jit.cuda import build_artifact
@@ -26,6 +27,31 @@ from wgmma_kernels import gemm_t  # noqa: E402
 ON = {"tl.cuda.tma_store": True}
 # the H200 default for the fp16 4096^3 quickstart: two consumer warpgroups, warp-specialised, persistent (512 tiles)
 FLAGSHIP = (4096, 4096, 4096, 128, 256, 64, False, False, 4, 256, "float16")
+
+
+@tilelang.jit(out_idx=[-1])
+def gemm_cast(M: int, N: int, K: int, block_M: int, block_N: int, block_K: int, num_stages: int, threads: int,
+              dtype: str):
+    """The quickstart GEMM + ReLU whose epilogue casts into a second fragment of the output dtype, stored from
+    there (TileLang's examples often spell it this way)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((block_M, block_K), dtype)
+            B_s = T.alloc_shared((block_K, block_N), dtype)
+            C_f = T.alloc_fragment((block_M, block_N), "float32")
+            C_h = T.alloc_fragment((block_M, block_N), dtype)
+            T.clear(C_f)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, k * block_K], A_s)
+                T.copy(B[k * block_K, bx * block_N], B_s)
+                T.gemm(A_s, B_s, C_f)
+            for i, j in T.Parallel(block_M, block_N):
+                C_h[i, j] = T.max(C_f[i, j], 0)
+            T.copy(C_h, C[by * block_M, bx * block_N])
+
+    return main
 
 
 def _artifact(tmp_path, args, pass_configs=None, compile_cubin=True):
@@ -115,6 +141,15 @@ def test_an_epilogue_that_cannot_take_tma_stores_keeps_register_stores_and_says_
     full = _lowered((768, 1024, 512, 192, 256, 64, False, False, 4, 384, "float16"), ON)["tl.TmaStoreCUDA"]
     assert any("does not fit in shared memory" in n for n in _notes(full)), _notes(full)
     assert "tl.tma_maps" not in full.attrs or '"store"' not in str(full.attrs["tl.tma_maps"])
+
+
+def test_an_epilogue_cast_into_a_second_fragment_goes_out_from_that_fragment():
+    seen = {}
+    cuda_codegen.lower(gemm_cast.get_program(1000, 1000, 512, 128, 256, 64, 4, 256, "bfloat16"),
+                       record=lambda n, f, _s: seen.__setitem__(n, f), arch="sm_90a", options=resolve(ON))
+    text = seen["tl.TmaStoreCUDA"].script()
+    assert text.count("tl::wgmma_acc_to_slabs<1, 32, 2, 1, 128, 64, 128, ") == 4 and "address_of(C_h" in text.split(
+        "tl::wgmma_acc_to_slabs<")[1].split("\n")[0]
 
 
 def test_a_split_k_epilogue_is_noted_and_compiles_as_before():

@@ -4,7 +4,7 @@ not) in fp16 and bf16, ragged M and N (the tensor map clips the boxes), one, two
 two along N, warp-specialised and persistent (the ring reused across a block's tiles), not persistent, not
 warp-specialised (the ring over the dead stages) and with cp.async loads. Each against torch in float64 into a
 poisoned output, and bit for bit against the same program with the key off (the register epilogue rounds the same
-way); a ragged tile writes nothing past the tensor; repeated calls."""
+way); an epilogue cast into a second fragment; a ragged tile writes nothing past the tensor; repeated calls."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import tilelang_core as tilelang
 from .conftest import assert_written_and_close, poisoned, randn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from test_cuda_tma_store import gemm_cast  # noqa: E402
 from wgmma_kernels import gemm_t  # noqa: E402
 
 DT = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -118,3 +119,18 @@ def test_repeated_calls_of_a_persistent_kernel_give_the_same_result():
     for _ in range(3):
         assert torch.equal(on(a, b), first)
     torch.testing.assert_close(first.double(), torch.relu(ref).to(torch.float16).double(), rtol=5e-3, atol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_an_epilogue_cast_into_a_second_fragment_goes_out_through_tma_stores(dtype):
+    args = (1000, 1000, 512, 128, 256, 64, 4, 256, dtype)
+    on = tilelang.jit(out_idx=[-1], target="cuda", pass_configs={**BASE, **ON})(gemm_cast.factory)(*args)
+    _needs_hopper(on.get_kernel_source("cuda"))
+    off = tilelang.jit(out_idx=[-1], target="cuda", pass_configs=BASE)(gemm_cast.factory)(*args)
+    dt = DT[dtype]
+    a, b = randn(1000, 512, dtype=dt), randn(512, 1000, dtype=dt)
+    c = poisoned((1000, 1000), dt)
+    on(a, b, c)
+    tol = 2e-2 if dtype == "bfloat16" else 5e-3
+    assert_written_and_close(c, torch.relu(a.double() @ b.double()).to(dt), rtol=tol, atol=tol * 4)
+    assert torch.equal(c, off(a, b))
