@@ -212,6 +212,9 @@ def _add_alloc(func: Any, buf: Any) -> Any:
 
 
 def tma_store_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT, arch: str = "sm_90") -> tirx.PrimFunc:
+    """sm_90a, tl.cuda.tma_store: the wgmma GEMM epilogue through a swizzled shared ring and TMA stores.
+
+    With the key off the kernel is returned untouched; where the store does not apply, a note says why."""
     if not options[PassConfigKey.TL_CUDA_TMA_STORE]:
         return func  # off: the kernel is exactly what it was
     copies = _all_copies(func.body)
