@@ -3,8 +3,10 @@ the SMs gets a ``blockIdx.z`` that splits its K loop, and the last block of each
 runs the program's epilogue (bias, ReLU, cast) once, on the full sum.
 
 Checked here: the lowered CUDA TIR in tests/cuda_emulator.py against torch (the emulator replays
-``tl::splitk_global_reduce`` of include/tl/splitk.cuh block by block, below), the CUDA C nvcc compiles for sm_90,
-the launch metadata (grid, ``serial_streams``), the ``pass_configs`` choices (auto / off / forced) and the notes
+``tl::splitk_global_reduce`` of include/tl/splitk.cuh block by block, below, with the module's per-tile arrival
+words kept between launches: a launch killed half-way, a stale word, launches back to back; the arrival protocol
+under every interleaving of two and three blocks), the CUDA C nvcc compiles for sm_90a and sm_80, the launch
+metadata (grid, ``serial_streams``), the ``pass_configs`` choices (auto / off / forced) and the notes
 that say why a kernel was not split. On the GPU: gpu/test_split_k.py."""
 
 from __future__ import annotations
@@ -128,10 +130,10 @@ def two_products(M, N, K, block_M, block_N, block_K):
     return main
 
 
-def _build(factory, args, kwargs, out: Path, pass_configs=None, compile_cubin: bool = True):
+def _build(factory, args, kwargs, out: Path, pass_configs=None, compile_cubin: bool = True, arch: str = "sm_90a"):
     func = factory.get_program(*args, **kwargs)
     specs = _param_specs(func)
-    return build_artifact(func, out, {"kind": "cuda", "arch": "sm_90a"}, specs,
+    return build_artifact(func, out, {"kind": "cuda", "arch": arch}, specs,
                           _normalize_out_idx(factory.out_idx, len(specs)), compile_cubin=compile_cubin,
                           pass_configs=pass_configs)
 
@@ -141,19 +143,78 @@ def _meta(art) -> dict:
 
 
 # -- the emulator: tl::splitk_global_reduce replayed from include/tl/splitk.cuh ---------------------------------------
-class SplitKEmulator(cuda_emulator.Emulator):
-    """The emulator plus the split-K reduction: each block stores its partials to the tile's workspace slots and
-    bumps the tile's counter (thread 0, between the template's two barriers); the block that arrives last sums the
-    slots in rank order in float32, resets the counter and reports 1. Blocks run one after another, in the order
-    given by ``z_order`` (a permutation of blockIdx.z), so the last arrival need not be the last rank."""
+COUNT_BITS = 16  # SPLITK_COUNT_BITS: the arrival word is epoch << 16 | count
+COUNT_MASK = (1 << COUNT_BITS) - 1
+WORD = (1 << 64) - 1
 
-    def __init__(self, func, z_order=None) -> None:
-        super().__init__(func)
-        self.z_order = z_order
-        self.ws: dict[tuple[int, ...], dict[int, np.ndarray]] = {}
-        self.sem: dict[tuple[int, ...], int] = {}
-        self.arrivals: list[tuple[tuple[int, ...], int, bool]] = []  # (tile, rank, last)
+
+def _current(word: int, epoch: int, S: int) -> bool:
+    """``tl::splitk_current<S>``: the word counts this epoch's arrivals and is not complete."""
+    return word >> COUNT_BITS == epoch and word & COUNT_MASK < S
+
+
+def epoch_arrival(gridid: int, S: int):
+    """``tl::splitk_arrive<S>`` step by step: yields each atomic it issues on the tile's word — ``("add", 1)`` or
+    ``("cas", expect, new)`` — is sent the value the word held before it, and returns the count of this launch's
+    arrivals, this one included (``S``: the last)."""
+    epoch = gridid & (WORD >> COUNT_BITS)
+    old = yield ("add", 1)
+    if _current(old, epoch, S):
+        return (old & COUNT_MASK) + 1
+    expect = (old + 1) & WORD
+    while True:
+        new = expect + 1 if _current(expect, epoch, S) else (epoch << COUNT_BITS) | 1
+        seen = yield ("cas", expect, new)
+        if seen == expect:
+            return new & COUNT_MASK
+        expect = seen
+
+
+def reset_by_last_arrival(gridid: int, S: int):
+    """The counter before the epoch (kept to show what the epoch fixes): add 1; the block that finds S - 1 is
+    last and sets the word back to 0 for the next launch."""
+    old = yield ("add", 1)
+    if old + 1 == S:
+        yield ("exch", 0)  # atomicExch(&sem, 0)
+    return old + 1
+
+
+def atomic(word: int, step: tuple) -> int:
+    """The word after one atomic step (the step is sent the word as it was before)."""
+    if step[0] == "add":
+        return (word + step[1]) & WORD
+    if step[0] == "exch":
+        return step[1]
+    return step[2] if word == step[1] else word
+
+
+class LaunchKilledError(Exception):
+    """The emulated launch died half-way (a trap, a killed process): blocks not yet run never run."""
+
+
+class SplitKEmulator(cuda_emulator.Emulator):
+    """The emulator plus the split-K reduction and the module state it keeps between launches: each block stores
+    its partials to the tile's workspace slots (zero-initialised module memory) and arrives at the tile's word
+    (thread 0, between the template's two barriers; ``protocol`` replays the template's arrival, its atomics
+    applied to ``self.words``); the block whose arrival count is S sums the slots in rank order in float32 and
+    reports 1. Every ``run`` is one launch with the next %gridid (from ``gridid``). Blocks run one after another, in
+    the order given by ``z_order`` (a permutation of blockIdx.z), so the last arrival need not be the last rank;
+    ``kill_after``: the launch dies (:class:`LaunchKilledError`) right after that many arrivals."""
+
+    def __init__(self, func, z_order=None, protocol=epoch_arrival, gridid=0x0000_FFFF_FFFF_FFFE,
+                 pass_configs=None) -> None:
+        super().__init__(func, pass_configs=pass_configs)
+        self.z_order, self.protocol, self.gridid = z_order, protocol, gridid - 1
+        self.kill_after: int | None = None
+        self.ws: dict[tuple[int, ...], np.ndarray] = {}  # tile -> [rank, thread, r]
+        self.words: dict[tuple[int, ...], int] = {}  # tile -> its arrival word (module memory: 0 at load)
+        self.arrivals: list[tuple[tuple[int, ...], int, bool]] = []  # this launch's (tile, rank, last)
         self.block_vars: dict[str, object] = {}  # "blockIdx.x" -> its variable
+
+    def run(self, tensors) -> None:
+        self.gridid += 1  # the next launch in the context
+        self.arrivals = []
+        super().run(tensors)
 
     def _launch(self, s, th):
         if str(s.node.thread_tag).startswith("blockIdx."):
@@ -171,6 +232,17 @@ class SplitKEmulator(cuda_emulator.Emulator):
     def _block_index(self, th) -> dict[str, int]:
         return {tag: int(th.env[v][0]) for tag, v in self.block_vars.items()}
 
+    def _arrive(self, tile, S: int) -> int:
+        steps = self.protocol(self.gridid, S)
+        reply = None
+        while True:
+            try:
+                step = steps.send(reply)
+            except StopIteration as done:
+                return done.value
+            reply = self.words.get(tile, 0)
+            self.words[tile] = atomic(reply, step)
+
     def _extern(self, fname, args, th):
         m = re.fullmatch(r"tl::splitk_global_reduce<(\d+), (\d+), (\d+), (\d+)>", fname)
         if m is None:
@@ -182,22 +254,21 @@ class SplitKEmulator(cuda_emulator.Emulator):
         tile, rank = (idx.get("blockIdx.x", 0), idx.get("blockIdx.y", 0)), idx["blockIdx.z"]
         acc, flag = cuda_emulator._PtrBuf(self.pointer(args[0], th)), cuda_emulator._PtrBuf(self.pointer(args[1], th))
         mine = np.array([self._raw_load(th, acc, r).reshape(()) for r in range(R)], dtype=np.float32)
-        self.ws.setdefault(tile, {}).setdefault(rank, np.zeros((threads, R), np.float32))[th.tid] = mine
+        self.ws.setdefault(tile, np.zeros((S, threads, R), np.float32))[rank, th.tid] = mine
         yield ("sync",)
         if th.tid == 0:
-            self.sem[tile] = self.sem.get(tile, 0) + 1
-            th.block.splitk_last = self.sem[tile] == S
+            th.block.splitk_last = self._arrive(tile, S) == S
             self.arrivals.append((tile, rank, th.block.splitk_last))
+            if self.kill_after is not None and len(self.arrivals) == self.kill_after:
+                raise LaunchKilledError(f"launch {self.gridid} killed after {self.kill_after} arrivals")
         yield ("sync",)
         last = th.block.splitk_last
         if last:
             for r in range(R):
                 v = np.float32(0)
                 for s in range(S):
-                    v = np.float32(v + self.ws[tile][s][th.tid, r])
+                    v = np.float32(v + self.ws[tile][s, th.tid, r])
                 self._raw_store(th, acc, r, v)
-            if th.tid == 0:
-                self.sem[tile] = 0
         self._raw_store(th, flag, 0, np.int64(1 if last else 0))
 
 
@@ -244,6 +315,117 @@ def test_split_gemm_with_bias_relu_epilogue_matches_torch_whichever_block_arrive
     torch.testing.assert_close(C.double(), _reference(A, B, bias), rtol=1e-4, atol=1e-4)
 
 
+# -- the arrival word across launches: a launch that died, launches back to back ------------------------------------
+SMALL = (8, 8, 32, 8, 8, 4)  # one tile, 8 K steps: forced into 4 shares of 2 (cheaper to emulate than EMU_ARGS)
+SPLIT4 = {"tl.cuda.split_k": 4}
+
+
+@pytest.fixture(scope="module")
+def small_program():
+    return gemm_bias_relu.get_program(*SMALL, **EMU_KW)
+
+
+def _launch(emu, seed):
+    """One emulated launch on fresh random inputs; (C, its float64 reference)."""
+    A, B, bias = _inputs(8, 8, 32, seed=seed)
+    C = torch.full((8, 8), float("nan"))
+    emu.run([A, B, bias, C])
+    return C, _reference(A, B, bias)
+
+
+def _epoch(gridid: int) -> int:
+    return gridid & (WORD >> COUNT_BITS)
+
+
+@pytest.mark.parametrize("protocol", [epoch_arrival, reset_by_last_arrival], ids=["epoch", "reset_by_last"])
+def test_a_launch_killed_half_way_leaves_the_next_launch_correct(small_program, protocol):
+    emu = SplitKEmulator(small_program, z_order=[2, 0, 3, 1], protocol=protocol, pass_configs=SPLIT4)
+    emu.kill_after = 2  # ranks 2 and 0 arrive, then the launch dies: ranks 3 and 1 never run
+    with pytest.raises(LaunchKilledError):
+        _launch(emu, seed=1)
+    emu.kill_after = None
+    C, ref = _launch(emu, seed=2)
+    order = [(rank, last) for _, rank, last in emu.arrivals]
+    if protocol is epoch_arrival:  # the dead launch's 2 arrivals carry its epoch: this launch counts from 0
+        assert order == [(2, False), (0, False), (3, False), (1, True)]
+        torch.testing.assert_close(C.double(), ref, rtol=1e-4, atol=1e-4)
+        assert emu.words == {(0, 0): _epoch(emu.gridid) << COUNT_BITS | 4}
+    else:  # the old counter took this launch's second arrival for the fourth: the epilogue ran on two shares
+        assert order == [(2, False), (0, True), (3, False), (1, False)]
+        assert not torch.allclose(C.double(), ref, rtol=1e-2, atol=1e-2)
+        assert emu.words == {(0, 0): 2}  # and the count stays wrong for every later launch
+
+
+def test_a_stale_count_one_short_of_complete_is_not_taken_for_this_launch(small_program):
+    emu = SplitKEmulator(small_program, z_order=[3, 1, 0, 2], gridid=1000, pass_configs=SPLIT4)
+    emu.words[(0, 0)] = 998 << COUNT_BITS | 3  # a launch two launches ago died with 3 of its 4 arrivals
+    C, ref = _launch(emu, seed=3)
+    assert [(rank, last) for _, rank, last in emu.arrivals] == [(3, False), (1, False), (0, False), (2, True)]
+    torch.testing.assert_close(C.double(), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_back_to_back_launches_each_reduce_their_own_partials_and_nothing_resets_the_word(small_program):
+    emu = SplitKEmulator(small_program, pass_configs=SPLIT4)  # %gridid starts 2 below the 48-bit epoch's wrap
+    for seed, order in enumerate([[0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2]]):
+        emu.z_order = order
+        C, ref = _launch(emu, seed=10 + seed)
+        assert [rank for _, rank, last in emu.arrivals if last] == [order[-1]]
+        torch.testing.assert_close(C.double(), ref, rtol=1e-4, atol=1e-4)
+        # the word keeps "this epoch, 4" until the next launch's first arrival replaces it
+        assert emu.words == {(0, 0): _epoch(emu.gridid) << COUNT_BITS | 4}
+    assert _epoch(emu.gridid) == 0  # the third launch's epoch wrapped to 0 and was still told apart
+
+
+# -- the arrival protocol under every interleaving of the S blocks' atomics -----------------------------------------
+def _interleavings(protocol, S: int, gridid: int, word: int):
+    """Every order in which the atomics of S blocks arriving at one tile can interleave: for each, the count each
+    block returned, the position of each block's last atomic, and the final word."""
+    def replay(path):
+        steps = [protocol(gridid, S) for _ in range(S)]
+        pending = [next(g) for g in steps]
+        done: dict[int, tuple[int, int]] = {}
+        w = word
+        for pos, b in enumerate(path):
+            before, w = w, atomic(w, pending[b])
+            try:
+                pending[b] = steps[b].send(before)
+            except StopIteration as stop:
+                done[b] = (stop.value, pos)
+        return done, w
+
+    stack = [[]]
+    while stack:
+        path = stack.pop()
+        done, w = replay(path)
+        if len(done) == S:
+            yield done, w
+        stack.extend(path + [b] for b in range(S) if b not in done)
+
+
+@pytest.mark.parametrize("S", [2, 3])  # 4 blocks: over a million interleavings
+def test_every_interleaving_counts_each_block_once_and_names_one_last_block_after_all_others(S):
+    gridid = 77
+    prev = 76 << COUNT_BITS
+    starts = {"fresh module": 0, "previous launch complete": prev | S, "same epoch complete": 77 << COUNT_BITS | S,
+              **{f"previous launch died after {k}": prev | k for k in range(S)}}
+    for why, word in starts.items():
+        n = 0
+        for done, final in _interleavings(epoch_arrival, S, gridid, word):
+            n += 1
+            counts = sorted(c for c, _ in done.values())
+            assert counts == list(range(1, S + 1)), (why, done)
+            last = next(b for b, (c, _) in done.items() if c == S)
+            assert all(pos < done[last][1] for b, (_, pos) in done.items() if b != last), (why, done)
+            assert final == 77 << COUNT_BITS | S, why
+        assert n >= 2, why
+
+
+def test_the_interleaving_check_catches_the_reset_counter_after_a_dead_launch():
+    bad = [done for done, _ in _interleavings(reset_by_last_arrival, 3, 77, 1)  # one stale arrival left
+           if sorted(c for c, _ in done.values()) != [1, 2, 3]]
+    assert bad  # (every interleaving is wrong: counts 2, 3, 4)
+
+
 # -- CUDA C for sm_90 (nvcc), launch metadata, choices -----------------------------------------------------------
 DECODE = (16, 1024, 4096, 16, 128, 64)  # 8 tiles of 16 x 128, 64 K steps of 64
 
@@ -263,6 +445,15 @@ def test_decode_gemm_is_split_and_its_epilogue_runs_only_in_the_last_block(tmp_p
     assert "bias_ptr" in guarded and "max(" in guarded and "C_ptr" in guarded
     assert "for (int k = (((int)blockIdx.z) * 8); k < ((((int)blockIdx.z) * 8) + 8); ++k)" in src
     assert not any("split-K" in n for n in meta["notes"])
+
+
+@needs_nvcc
+def test_the_split_decode_gemm_compiles_for_sm_80_with_the_epoch_arrival(tmp_path):
+    art = _build(gemm_bias_relu, DECODE, dict(num_stages=3), tmp_path, arch="sm_80")
+    meta = _meta(art)
+    assert meta["cuda"]["grid"] == [8, 1, 8] and meta["cuda"]["serial_streams"] is True  # 64 blocks <= 108 SMs
+    assert "sm_80" in " ".join(meta["cuda"]["nvcc_command"]) and (tmp_path / meta["cuda"]["cubin"]).stat().st_size
+    assert "tl::splitk_global_reduce<" in (tmp_path / "kernel.cu").read_text()
 
 
 @pytest.mark.parametrize("split", [1, 4])

@@ -3,12 +3,14 @@
 At decode sizes (``M`` = 1..16) a GEMM's grid has ``N / block_N`` blocks — 64 for 8192 outputs in 128-wide tiles,
 fewer than the 132 SMs of an H100/H200 — and each block runs the whole K loop alone. This pass gives each output
 tile ``S`` blocks (a new ``blockIdx.z``), each running ``1/S`` of the K loop into its own accumulator, then meets
-them exactly: every block stores its partial sums to a workspace of the kernel's module and bumps the tile's
-counter; the block that arrives last adds the ``S`` partials in rank order (fp32, deterministic whichever block is
-last), resets the counter and alone runs the program's epilogue — everything after the K loop (``T.Parallel``
+them exactly: every block stores its partial sums to a workspace of the kernel's module and counts its arrival
+at the tile; the block whose arrival completes the tile adds the ``S`` partials in rank order (fp32, deterministic
+whichever block is last) and alone runs the program's epilogue — everything after the K loop (``T.Parallel``
 ReLU / bias / casts on the accumulator, ``T.copy`` to the output), which therefore sees the full sum exactly once.
 The reduction is ``tl::splitk_global_reduce`` (``include/tl/splitk.cuh``); its workspace makes the kernel's
-launches stream-ordered (``serial_streams`` in the launch metadata).
+launches stream-ordered (``serial_streams`` in the launch metadata). The tile's arrival count carries the
+launch's epoch (``%gridid``) and is never reset, so a launch that died half-way leaves no count that a later
+launch would take for its own (docs/cuda.md, "the self-healing arrival counter").
 
 Not specific to any operand: any kernel whose top-level K loop (``T.Pipelined`` or serial) only accumulates
 ``T.gemm`` products into one float32 fragment qualifies when
