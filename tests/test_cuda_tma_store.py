@@ -152,6 +152,24 @@ def test_an_epilogue_cast_into_a_second_fragment_goes_out_from_that_fragment():
         "tl::wgmma_acc_to_slabs<")[1].split("\n")[0]
 
 
+def test_a_program_that_stages_its_epilogue_in_shared_memory_stores_that_tile_as_one_box(tmp_path):
+    from test_cuda_warp_specialize import gemm_via_shared
+
+    func = gemm_via_shared.get_program(4096, 4096, 512)  # persistent: 1024 tiles of 128 x 128
+    art = build_artifact(func, tmp_path, {"kind": "cuda", "arch": "sm_90a"}, _param_specs(func),
+                         _normalize_out_idx([-1], 3), compile_cubin=True, pass_configs=ON)
+    src = (tmp_path / "kernel.cu").read_text()
+    # the row-major (unswizzled) tile C_s is one box of its 128 columns x 128 rows
+    assert art.extra["cuda"]["tma"][-1] == {"param": "C", "dtype": "float16", "dims": [4096, 4096],
+                                            "box": [128, 128], "swizzle": 0, "store": True}
+    tail = src[src.index("tl::fence_proxy_async();"):]
+    assert tail.index("tl::named_barrier_sync<1, 256>();") < tail.index("tl::tma_store_2d(&tl_tmaps.m[2], ") < \
+        tail.index("tl::tma_store_commit();") < tail.index("tl::tma_store_wait_read<0>();")
+    assert "C_ptr" not in src and "0 bytes spill stores" in art.extra["cuda"]["ptxas_info"]
+    sass = _sass(tmp_path, art)
+    assert sass.count("UTMASTG.2D") == 1 and not re.search(r"\bSTG\b", sass)
+
+
 def test_a_split_k_epilogue_is_noted_and_compiles_as_before():
     args = (16, 1024, 2048, 64, 256, 64, False, False, 4, 128, "float16")
     on = _lowered(args, {"tl.cuda.split_k": 2, **ON})["tl.TmaStoreCUDA"]

@@ -4,7 +4,8 @@ not) in fp16 and bf16, ragged M and N (the tensor map clips the boxes), one, two
 two along N, warp-specialised and persistent (the ring reused across a block's tiles), not persistent, not
 warp-specialised (the ring over the dead stages) and with cp.async loads. Each against torch in float64 into a
 poisoned output, and bit for bit against the same program with the key off (the register epilogue rounds the same
-way); an epilogue cast into a second fragment; a ragged tile writes nothing past the tensor; repeated calls."""
+way); an epilogue cast into a second fragment; a program that stages its epilogue in a shared tile itself (one
+unswizzled box); a ragged tile writes nothing past the tensor; repeated calls."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from .conftest import assert_written_and_close, poisoned, randn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from test_cuda_tma_store import gemm_cast  # noqa: E402
+from test_cuda_warp_specialize import gemm_via_shared  # noqa: E402
 from wgmma_kernels import gemm_t  # noqa: E402
 
 DT = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -133,4 +135,28 @@ def test_an_epilogue_cast_into_a_second_fragment_goes_out_through_tma_stores(dty
     on(a, b, c)
     tol = 2e-2 if dtype == "bfloat16" else 5e-3
     assert_written_and_close(c, torch.relu(a.double() @ b.double()).to(dt), rtol=tol, atol=tol * 4)
+    assert torch.equal(c, off(a, b))
+
+
+@pytest.mark.parametrize("shape, bn, pcs", [
+    ((4096, 4096, 512), 128, {}),  # persistent
+    ((1000, 1000, 520), 128, {"tl.cuda.persistent": -1}),  # ragged
+    ((1000, 1000, 520), 256, {}),  # a box of 256 columns
+    ((1000, 1000, 520), 128, {"tl.disable_warp_specialized": True}),  # the tile over the dead stages
+])
+def test_a_program_staging_its_epilogue_in_shared_memory_stores_that_tile_through_tma(shape, bn, pcs):
+    M, N, K = shape
+    threads = 256
+    on = tilelang.jit(out_idx=[-1], target="cuda", pass_configs={**BASE, **pcs, **ON})(gemm_via_shared.factory)(
+        M, N, K, 128, bn, 64, 3, threads)
+    src = on.get_kernel_source("cuda")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("TMA stores need an sm_90 GPU")
+    assert "tl::tma_store_2d(" in src
+    off = tilelang.jit(out_idx=[-1], target="cuda", pass_configs={**BASE, **pcs})(gemm_via_shared.factory)(
+        M, N, K, 128, bn, 64, 3, threads)
+    a, b = randn(M, K, dtype=torch.float16), randn(K, N, dtype=torch.float16)
+    c = poisoned((M, N), torch.float16)
+    on(a, b, c)
+    assert_written_and_close(c, (a.double() @ b.double()).to(torch.float16), rtol=5e-3, atol=2e-2)
     assert torch.equal(c, off(a, b))

@@ -263,7 +263,8 @@ def encode_tensor_map(spec: dict[str, Any], address: int) -> bytes:
               "bfloat16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
               "float8_e4m3fn": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8,
               "float8_e5m2": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8}
-    swizzles = {32: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
+    swizzles = {0: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,  # a store from a row-major shared tile
+                32: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
                 64: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
                 128: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}
     inner, outer = (int(d) for d in spec["dims"])

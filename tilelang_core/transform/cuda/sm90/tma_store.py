@@ -50,7 +50,17 @@ from ....pass_config import DEFAULT, PassConfig, PassConfigKey
 from ...common.notes import add_notes, at_line
 from ...common.regions import is_global
 from ...common.rewriter import const_int, seq, tile_op_name, with_span
-from ..common import ATTR_SWIZZLE, extern, find_thread_var, is_fragment, layouts_of, locals_of, swizzles_of, sync_stmt
+from ..common import (
+    ATTR_SWIZZLE,
+    extern,
+    find_thread_var,
+    is_fragment,
+    is_shared,
+    layouts_of,
+    locals_of,
+    swizzles_of,
+    sync_stmt,
+)
 from ..layouts import WGMMA_SWIZZLE_BASE, dtype_bytes
 from .tma import ATTR_TMA_MAPS, MAX_BOX
 
@@ -60,11 +70,12 @@ _WHY = "keeps register stores, not TMA stores: "
 
 
 def _copy_ends(s: Any) -> tuple[Region, Region] | None:
-    """(source, destination) of a ``T.copy`` from a fragment to a global tensor, else None."""
+    """(source, destination) of a ``T.copy`` from a fragment or a shared tile to a global tensor, else None."""
     if not isinstance(s, tirx.Evaluate) or tile_op_name(s) != "tl.copy":
         return None
     src, dst = Region.of(s.value.args[0]), Region.of(s.value.args[1])
-    return (src, dst) if is_fragment(src.buffer) and is_global(dst.buffer) else None
+    ok = is_fragment(src.buffer) or is_shared(src.buffer)
+    return (src, dst) if ok and is_global(dst.buffer) else None
 
 
 def _swizzle_bytes(slice_cols: int, es: int) -> int:
@@ -128,6 +139,69 @@ class _Plan:
         return with_span(seq(out), self.s.span)
 
 
+def _why_not_global(dst: Region, shape: list[int]) -> str:
+    """"" when ``dst`` (a ``shape`` tile of a global tensor) can be written by TMA store boxes, else why not."""
+    g = dst.buffer
+    odt = str(g.dtype)
+    if odt not in STORE_DTYPES:
+        return f"{g.name} is {odt}; TMA stores here write float16 or bfloat16 tensors"
+    gshape = [const_int(x) for x in g.shape]
+    if len(gshape) != 2 or None in gshape:
+        return f"{g.name} is not a 2-D tensor of constant shape (TMA stores here use 2-D tensor maps)"
+    if [const_int(e) for e in dst.extents] != list(shape):
+        return f"the copy writes a region of {g.name} that is not the whole {shape[0]}x{shape[1]} tile"
+    es = dtype_bytes(odt)
+    if (gshape[1] * es) % 16:
+        return f"rows of {g.name} are {gshape[1] * es} bytes, not a multiple of 16 (TMA's stride unit)"
+    if shape[0] > MAX_BOX:
+        return f"the tile has {shape[0]} rows; a TMA box has at most {MAX_BOX}"
+    return ""
+
+
+def _shared_store(s: Any, src: Region, dst: Region, code: int, index: int, tid: Any, simplify: Any) -> tuple[
+        Any, dict[str, Any] | None, str]:
+    """The program stages its epilogue itself (``T.copy(C_frag, C_shared); T.copy(C_shared, C[...])``, TileLang's
+    spelling): the shared tile goes out as TMA boxes — one per column block of a wgmma-swizzled tile, or the whole
+    tile in one box when it is unswizzled row-major (at most 256 columns). Every thread fences its writes of the
+    tile for the async proxy, the block meets, thread 0 issues the boxes, commits and waits for them to have read
+    the tile before it reaches any later barrier (the tile may be written again after one). Returns (statements,
+    map, why not)."""
+    t = src.buffer
+    tshape = [const_int(x) for x in t.shape]
+    if len(tshape) != 2 or any(const_int(m) != 0 for m in src.mins) or [const_int(e) for e in src.extents] != tshape:
+        return None, None, f"the copy reads a part of {t.name}, not the whole 2-D tile"
+    if str(t.dtype) != str(dst.buffer.dtype):
+        return None, None, f"{t.name} is {t.dtype} and {dst.buffer.name} {dst.buffer.dtype} (a TMA store copies bytes)"
+    why = _why_not_global(dst, tshape)
+    if why:
+        return None, None, why
+    rows, cols = tshape
+    es = dtype_bytes(str(t.dtype))
+    if code > WGMMA_SWIZZLE_BASE:
+        swz = code - WGMMA_SWIZZLE_BASE
+        w = swz // es
+    elif code == 0:
+        swz, w = 0, cols
+        if cols > MAX_BOX or (cols * es) % 16:
+            return None, None, (f"a row of the unswizzled tile {t.name} ({cols} elements) is not one TMA box row "
+                                f"(at most {MAX_BOX} elements, a multiple of 16 bytes)")
+    else:
+        return None, None, f"the shared tile {t.name} is in an XOR-swizzled layout a TMA box does not read"
+    gshape = [const_int(x) for x in dst.buffer.shape]
+    spec = {"param": dst.buffer.name, "dtype": str(t.dtype), "dims": [gshape[1], gshape[0]], "box": [w, rows],
+            "swizzle": swz, "store": True}
+    zero = tirx.IntImm("int32", 0)
+    row0, col0 = dst.mins
+    boxes = [extern(f"tl::tma_store_2d<{index}>", tirx.address_of(tirx.BufferLoad(t, [zero, tirx.IntImm("int32",
+                                                                                                       cb * w)])),
+                    simplify(col0 + cb * w), simplify(row0)) for cb in range(cols // w)]
+    one = tirx.EQ(tid, zero)
+    out = [extern("tl::fence_proxy_async"), sync_stmt(),
+           tirx.IfThenElse(one, seq([*boxes, extern("tl::tma_store_commit"), extern("tl::tma_store_wait_read<0>")]),
+                           None)]
+    return with_span(seq(out), s.span), spec, ""
+
+
 def _why_not(src: Region, dst: Region, lay: Any, acc: Any) -> str:
     """"" when the copy ``src -> dst`` can go out through TMA stores, else why not."""
     f, g = src.buffer, dst.buffer
@@ -138,21 +212,11 @@ def _why_not(src: Region, dst: Region, lay: Any, acc: Any) -> str:
     if len(lay.shape) != 2 or any(const_int(m) != 0 for m in src.mins) or \
             [const_int(e) for e in src.extents] != list(lay.shape):
         return f"the copy reads a part of {f.name}, not the whole 2-D tile"
-    odt = str(g.dtype)
-    if odt not in STORE_DTYPES:
-        return f"{g.name} is {odt}; TMA stores here write float16 or bfloat16 tensors"
-    gshape = [const_int(x) for x in g.shape]
-    if len(gshape) != 2 or None in gshape:
-        return f"{g.name} is not a 2-D tensor of constant shape (TMA stores here use 2-D tensor maps)"
-    if [const_int(e) for e in dst.extents] != list(lay.shape):
-        return f"the copy writes a region of {g.name} that is not the whole {lay.shape[0]}x{lay.shape[1]} tile"
-    es = dtype_bytes(odt)
-    if (gshape[1] * es) % 16:
-        return f"rows of {g.name} are {gshape[1] * es} bytes, not a multiple of 16 (TMA's stride unit)"
+    why = _why_not_global(dst, list(lay.shape))
+    if why:
+        return why
     rows, cols = lay.shape
-    if rows > MAX_BOX:
-        return f"the tile has {rows} rows; a TMA box has at most {MAX_BOX}"
-    if not _swizzle_bytes(cols // lay.warp_n, es):
+    if not _swizzle_bytes(cols // lay.warp_n, dtype_bytes(str(g.dtype))):
         return (f"a warpgroup's {cols // lay.warp_n} columns are not whole swizzle atoms of 32, 64 or 128 bytes "
                 "(at least 8 elements)")
     return ""
@@ -231,22 +295,31 @@ def tma_store_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT, arch: str
     cands: list[Any] = []
     _rewrite(func.body, lambda x: (cands.append(x) if _copy_ends(x) is not None else None) or x)
     if len(copies) != 1 or len(cands) != 1:
-        why = (f"the kernel has {len(copies)} T.copy from a fragment to global memory (one staging ring serves "
-               "one)" if len(copies) != 1 else "the copy is inside a condition or a loop (the TMA store is issued "
-               "once per output tile, from the block's body)")
+        why = (f"the kernel has {len(copies)} T.copy from a fragment or shared tile to global memory (the TMA "
+               "store serves one)" if len(copies) != 1 else "the copy is inside a condition or a loop (the TMA "
+               "store is issued once per output tile, from the block's body)")
         return add_notes(func, [lead + why])
     s = cands[0]
     src, dst = _copy_ends(s)
+    maps = json.loads(str(func.attrs[ATTR_TMA_MAPS])) if func.attrs is not None and ATTR_TMA_MAPS in func.attrs \
+        else []
+    import tvm
+
+    ana = tvm.sym.Analyzer()
+    if is_shared(src.buffer):
+        if not any(lay.kind == "wgmma" for lay in layouts.values()):
+            return func  # not a wgmma GEMM: a shared-to-global copy of another kernel is left as it is, unnoted
+        stmts, spec, why = _shared_store(s, src, dst, swizzles_of(func).get(src.buffer, 0), len(maps), tid,
+                                         ana.simplify)
+        if why:
+            return add_notes(func, [lead + why])
+        out = func.with_body(_rewrite(func.body, lambda x: stmts if x.same_as(s) else x))
+        return out.with_attr(ATTR_TMA_MAPS, json.dumps([*maps, spec]))
     lay, acc = layouts.get(src.buffer), locals_.get(src.buffer)
     why = _why_not(src, dst, lay, acc)
     if why:
         return add_notes(func, [lead + why])
-    maps = json.loads(str(func.attrs[ATTR_TMA_MAPS])) if func.attrs is not None and ATTR_TMA_MAPS in func.attrs \
-        else []
     swz = _swizzle_bytes(lay.shape[1] // lay.warp_n, dtype_bytes(str(dst.buffer.dtype)))
-    import tvm
-
-    ana = tvm.sym.Analyzer()
     for nbuf in (2, 1):
         plan = _Plan(s, src, dst, lay, acc, swz, nbuf, len(maps), tid)
         body = _rewrite(func.body, lambda x, p=plan: p.stmts(ana.simplify) if x.same_as(s) else x)
