@@ -209,6 +209,9 @@ def _why_not(src: Region, dst: Region, lay: Any, acc: Any) -> str:
         return f"{f.name} is not a wgmma accumulator (TMA stores here take the sm_90a wgmma fragment)"
     if acc is None:
         return f"{f.name} has no register array"
+    if lay.warp_m * lay.warp_n * 128 != lay.threads:
+        return (f"{f.name}'s {lay.warp_m}x{lay.warp_n} warpgroups are not the block's {lay.threads} threads (every "
+                "thread writes the staging slabs)")
     if len(lay.shape) != 2 or any(const_int(m) != 0 for m in src.mins) or \
             [const_int(e) for e in src.extents] != list(lay.shape):
         return f"the copy reads a part of {f.name}, not the whole 2-D tile"
