@@ -2,9 +2,9 @@
 (bias + ReLU + cast), the automatic choice and forced factors, ragged M and N, repeated launches, the
 self-healing arrival words (one 64-bit word per tile in the module: the launch's epoch from ``%gridid`` above the
 count of its arrivals; docs/cuda.md, "the self-healing arrival counter") read and overwritten through the loaded
-module between launches, launches alternating between two streams, and the dequantised-GEMM variants of
-bench/gpu/dequant_variants.py that the W4A16 recogniser does not take (split, with their nests lowered lane by
-lane from packed words: tests/test_cuda_packed_nests.py), ragged shapes included.
+module between launches, launches alternating between two streams, replays of a captured CUDA graph, and the
+dequantised-GEMM variants of bench/gpu/dequant_variants.py that the W4A16 recogniser does not take (split, with
+their nests lowered lane by lane from packed words: tests/test_cuda_packed_nests.py), ragged shapes included.
 
 Written without a GPU and not yet run on one (the CUDA side is checked by tests/test_cuda_split_k.py: nvcc and the
 CUDA emulator); run with ``bash bench/gpu/test_suite.sh -k split_k`` on the GPU host."""
@@ -171,3 +171,51 @@ def test_back_to_back_launches_alternating_between_two_streams_are_all_correct()
     torch.cuda.synchronize()
     for C, (_, _, _, ref) in zip(outs, cases):
         assert_written_and_close(C, ref, 1e-2, 5e-2)
+
+
+def _captured(kernel, A, B, bias, C):
+    """A CUDA graph of one launch of ``kernel`` on these tensors, captured on a stream of its own (warmed up there
+    first, so the launcher's stream order has nothing to wait for during the capture)."""
+    s = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(s):
+        kernel(A, B, bias, C)
+    s.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):
+        kernel(A, B, bias, C)
+    torch.cuda.synchronize()
+    return graph
+
+
+def _replay_on(graph, static, case):
+    A, B, bias, C = static
+    for dst, src in zip((A, B, bias), case[:3]):
+        dst.copy_(src)
+    C.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_written_and_close(C, case[3], 1e-2, 5e-2)
+
+
+def test_replays_of_a_captured_cuda_graph_are_each_correct():
+    kernel, inputs = _decode_case()
+    A, B, bias, _ = inputs()
+    static = (A, B, bias, poisoned((16, 1024), torch.float16))
+    graph = _captured(kernel, *static)
+    for _ in range(4):  # decode loops replay one graph: whatever %gridid a replay gets, the count starts over
+        _replay_on(graph, static, inputs())
+    assert all(w & (2**COUNT_BITS - 1) == 4 for w in read_words(kernel))
+
+
+def test_a_graph_replay_after_a_dead_replays_counts_is_correct():
+    """Fails if graph replays share one %gridid: then a dead replay's counts, which this test writes into the
+    module with the last replay's epoch, would be taken for the next replay's."""
+    kernel, inputs = _decode_case()
+    A, B, bias, _ = inputs()
+    static = (A, B, bias, poisoned((16, 1024), torch.float16))
+    graph = _captured(kernel, *static)
+    _replay_on(graph, static, inputs())
+    last = read_words(kernel)[0] >> COUNT_BITS
+    write_words(kernel, [last << COUNT_BITS | (k % 4) for k in range(8)])
+    _replay_on(graph, static, inputs())
