@@ -420,6 +420,39 @@ def test_every_interleaving_counts_each_block_once_and_names_one_last_block_afte
         assert n >= 2, why
 
 
+def _random_interleaving(protocol, S: int, gridid: int, word: int, rng):
+    """One interleaving of S blocks' atomics on one word, the next block to step drawn from ``rng``: as
+    :func:`_interleavings` yields them."""
+    steps = [protocol(gridid, S) for _ in range(S)]
+    pending = {b: next(g) for b, g in enumerate(steps)}
+    done: dict[int, tuple[int, int]] = {}
+    pos = 0
+    while pending:
+        b = rng.choice(sorted(pending))
+        before, word = word, atomic(word, pending[b])
+        try:
+            pending[b] = steps[b].send(before)
+        except StopIteration as stop:
+            done[b] = (stop.value, pos)
+            del pending[b]
+        pos += 1
+    return done, word
+
+
+@pytest.mark.parametrize("S", [4, 8])
+def test_random_interleavings_of_four_and_eight_blocks_count_each_block_once(S):
+    import random
+
+    rng = random.Random(S)
+    for word in (0, 76 << COUNT_BITS | S, 76 << COUNT_BITS | (S - 1), 76 << COUNT_BITS | 1, 77 << COUNT_BITS | S):
+        for _ in range(300):
+            done, final = _random_interleaving(epoch_arrival, S, 77, word, rng)
+            assert sorted(c for c, _ in done.values()) == list(range(1, S + 1)), (word, done)
+            last = next(b for b, (c, _) in done.items() if c == S)
+            assert all(pos < done[last][1] for b, (_, pos) in done.items() if b != last), (word, done)
+            assert final == 77 << COUNT_BITS | S
+
+
 def test_the_interleaving_check_catches_the_reset_counter_after_a_dead_launch():
     bad = [done for done, _ in _interleavings(reset_by_last_arrival, 3, 77, 1)  # one stale arrival left
            if sorted(c for c, _ in done.values()) != [1, 2, 3]]
