@@ -1,7 +1,9 @@
 """Shared fixtures: an isolated kernel cache for the whole session, a seeded torch RNG per test, a runner for
 checks that could crash the interpreter (they run in a child process, so a crash fails one test, not the run), and
 one JupyterLab server for the real-browser tests (starting one takes 10-30 s on CI's 2 cores; each browser test
-file opens its own notebooks on it, with a kernel and a Chromium page of its own)."""
+file opens its own notebooks on it, with a kernel and a Chromium page of its own), and the suite's tables for
+pytest-xdist (``scripts/test.sh`` runs two workers): which test files share a worker, which start first
+(tests/xdist_units.py applies them; docs/ci_time.md says why and what was measured)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,58 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from xdist_units import Units
 
 TESTS_DIR = Path(__file__).resolve().parent
+
+# Test files that must not run at the same time as each other, by unit name (under pytest-xdist a unit's tests run
+# on one worker, one after another; every other file is a unit of its own, named by its path under tests/).
+XDIST_GROUPS: dict[str, str] = {
+    # the session fixture ``jupyter_lab`` below: one server per worker, so both browser files on the same worker
+    "test_browser.py": "jupyter_lab",
+    "test_browser_machine_views.py": "jupyter_lab",
+    # each starts several worker processes of its own (a Ray cluster, the local executor's compile and timing
+    # workers, eight cache-filling or lock-holding children), kills some and gives the others 0.5-5 s limits: one
+    # such file at a time, so that on CI's 2 cores they meet one compile-bound worker, not each other
+    "test_autotune_ray.py": "processes",
+    "test_autotune_local_executor.py": "processes",
+    "test_autotune_interrupt.py": "processes",
+    "test_workbench_panel_executors.py": "processes",
+    "test_cache_faults.py": "processes",
+    "test_cache_processes.py": "processes",
+}
+
+# The units that take longest (CI's --durations, docs/ci_time.md), started first so that neither worker is left
+# with one of them at the end while the other idles; the rest follow in collection order. A stale entry only costs
+# time; a name that is neither a group of XDIST_GROUPS nor a test file is an error (``Units.check``).
+XDIST_FIRST: tuple[str, ...] = (
+    "processes",
+    "jupyter_lab",
+    "test_notebooks_workloads.py",
+    "test_workbench_notebook.py",
+    "test_differential_fuzz.py",
+    "test_cuda_wgmma_attention.py",
+)
+XDIST_UNITS = Units(TESTS_DIR, XDIST_GROUPS, XDIST_FIRST)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    XDIST_UNITS.check()  # a renamed or deleted file in the tables stops every run, with the name
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a pytest-xdist worker only: the units of XDIST_FIRST first. A plain run keeps pytest's order."""
+    XDIST_UNITS.order(config, items)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: without it installed, never called
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with XDIST_GROUPS: files are units, and a group's files share one. Other modes: xdist's."""
+    return XDIST_UNITS.scheduler(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)
