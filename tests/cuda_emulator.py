@@ -2,29 +2,56 @@
 
 It runs the TIR the CUDA code generator is given — our passes (``codegen.lower``), then TVM's flattening,
 bf16-legalisation, vectorisation, unrolling and simplification, the passes of ``codegen._tir_pipeline`` that shape
-the statements — with the semantics the generated CUDA C has: one Python generator per thread of a block, all of a
-block's threads stepping together from one ``__syncthreads()`` to the next; vector accesses lane by lane in order (a
-scatter of several lanes to one address keeps the last lane, as the generated ``x[v.x] = ...; x[v.y] = ...`` does);
-float32/float16 arithmetic in numpy's IEEE types, bfloat16 rounded to nearest even on every cast and store;
-``tl::block_allreduce`` and ``tl::row_allreduce`` replayed step by step from ``include/tl/reduce.cuh`` (xor
-shuffles, the barriers and the shared scratch); ``tl::gemm_ss`` / ``tl::gemm_rs`` (mma.sync: the row-major
-XOR-swizzled tiles ldmatrix reads, the ``mma`` layouts) and ``tl::wgmma_gemm_ss`` / ``tl::wgmma_gemm_rs`` (sm_90a)
-issued by all the block's threads together, A and B read from the shared tiles through the wgmma swizzled layouts their
-descriptors describe (A from the threads' registers in the ``wgmma`` layout for the register-A form), the
-accumulators in the ``wgmma`` layout. A wgmma group is complete when issued: the emulator does not model a group
-left in flight (``PENDING = 1``) reading a stage after the call returns, nor TMA, mbarriers or the fused pipelined
-mma.sync mainloop (``tl::pipe_gemm_step``). The emulator also
-reports what a GPU would not show reliably: shared-memory races between two barriers (a write and another thread's
-read or write of the same byte), reads of shared or local memory never written, and accesses outside a tensor or an
-allocation. Anything it does not know (an extern template, an intrinsic) raises ``NotImplementedError``: it never
-guesses.
+the statements — with the semantics the generated CUDA C has: one Python generator per thread of a block; vector
+accesses lane by lane in order (a scatter of several lanes to one address keeps the last lane, as the generated
+``x[v.x] = ...; x[v.y] = ...`` does); float32/float16 arithmetic in numpy's IEEE types, bfloat16 rounded to
+nearest even on every cast and store; ``tl::block_allreduce`` and ``tl::row_allreduce`` replayed step by step from
+``include/tl/reduce.cuh`` (xor shuffles, the barriers and the shared scratch); ``tl::gemm_ss`` / ``tl::gemm_rs``
+(mma.sync: the row-major XOR-swizzled tiles ldmatrix reads, the ``mma`` layouts, issued by the 32 lanes of a warp
+together) and ``tl::wgmma_gemm_ss`` / ``tl::wgmma_gemm_rs`` (sm_90a, issued by the 128 threads of a warpgroup
+together), A and B read from the shared tiles through the wgmma swizzled layouts their descriptors describe (A from
+the threads' registers in the ``wgmma`` layout for the register-A form), the accumulators in the ``wgmma`` layout.
+
+Threads diverge (warp specialisation): each runs until it must wait — at ``__syncthreads`` (every thread that has
+not exited), a named barrier ``tl::named_barrier_sync<id, count>``, ``__syncwarp``, a warp shuffle (the warp's 32
+lanes), a wgmma (its warpgroup) or ``tl::mbar_wait`` — and the next runnable thread runs (:class:`_Scheduler`);
+when none can run, the deadlock is reported with what each waiting thread waits on. Hopper's mbarriers
+(``include/tl/tma.cuh``) are kept by shared address: ``mbar_init(count)``; ``mbar_expect_tx`` = one arrival plus
+the bytes of transactions; ``mbar_arrive``; a phase completes when its arrivals and bytes are all in, and
+``mbar_wait(parity)`` passes once the phase of that parity has completed (the phase in progress has the other
+parity: on a fresh barrier parity 1 passes at once). A TMA load ``tl::tma_load_<2..5>d<i>(dst, bar, c0..)``
+completes when issued: the box of tensor map ``i`` (the kernel's ``tl.tma_maps``; dims and box innermost first;
+``param`` names the tensor) at coordinates ``c0`` (innermost) .., zero outside the tensor, is written into shared
+memory in row-major box order through the map's swizzle (Swizzle<B, 4, 3> of the byte offset from the start of the
+block's shared memory, B = 3 / 2 / 1 for 128 / 64 / 32 bytes: the dynamic shared memory is 1024-byte aligned, and a
+kernel with several static shared allocations is not modelled), then its bytes complete on ``bar``.
+``tl::mbar_fence_init``, ``tl::fence_proxy_async`` and ``setmaxnreg`` change nothing (setmaxnreg's count is checked:
+a multiple of 8 in 24..256, one per warpgroup, all of them within the 64K registers of an SM).
+
+It reports what a GPU would not show reliably: shared-memory races, reads of shared or local memory never
+written, and accesses outside a tensor or an allocation. Races are checked by happens-before, with vector clocks:
+each thread counts its synchronisations; a barrier (of the threads at it), ``__syncwarp`` (of the warp) and an
+mbarrier phase (from every arrival and TMA load in it to every thread whose wait it satisfies) order what came
+before in the threads that released it before what comes after in the threads that acquire it; each shared byte
+keeps its last write (thread, clock) and the reads since; an access by another thread that is not ordered after
+them is a race. A wgmma (or mma.sync) read must be ordered after the write for every thread of its group, and it
+is ordered before a later write once one lane of each reading warp is (the warp-synchronous ``wait_group`` retires
+the whole warp's reads: ws_loop's release by lane 0 of each warp). Not modelled: a wgmma group left in flight
+(``PENDING = 1``) reading a stage after the call returns (every wgmma completes when issued, so the release of a
+stage is checked against the issue, not the retirement, of the group reading it), shuffles as memory ordering
+(they order nothing here, as on the GPU), TMA stores and the fused pipelined mma.sync mainloop
+(``tl::pipe_gemm_step``). Anything it does not know (an extern template, an intrinsic) raises
+``NotImplementedError``: it never guesses.
 
 It is slow (pure Python, a few microseconds per operation per thread): emulate a few blocks of small problems.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import re
+from collections import deque
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +78,7 @@ class EmulationError(AssertionError):
     """The kernel did something a correct CUDA kernel must not (a race, an out-of-bounds access ...)."""
 
 
+@functools.cache
 def _split(dt: str) -> tuple[str, int]:
     """('float32', 4) for 'float32x4'."""
     if "x" in dt and not dt.startswith("x"):
@@ -58,6 +86,28 @@ def _split(dt: str) -> tuple[str, int]:
         if lanes.isdigit():
             return base, int(lanes)
     return dt, 1
+
+
+_KINDS: dict[type, str] = {}  # expression class -> the branch of Emulator.ev that evaluates it
+
+
+def _kind(e: Any) -> str:
+    for cls, kind in ((tirx.IntImm, "int"), (tirx.FloatImm, "float"), (tvm.ir.TensorLoad, "load"),
+                      (tirx.Ramp, "ramp"), (tirx.Broadcast, "broadcast"), (tirx.Cast, "cast"), (tirx.Not, "not"),
+                      (tirx.Select, "select"), (tvm.ir.Call, "call"), (tirx.Let, "let"), (tvm.ir.Var, "var")):
+        if isinstance(e, cls):
+            _KINDS[type(e)] = kind
+            return kind
+    return "?"
+
+
+def _base(e: Any) -> str:
+    """The scalar type of expression ``e`` ('float16' for a float16x2)."""
+    try:
+        dt = str(e.ty.dtype)
+    except AttributeError:
+        dt = dtype_of(e) or ""
+    return _split(dt)[0]
 
 
 def _round_bf16(v: np.ndarray) -> np.ndarray:
@@ -69,6 +119,11 @@ def _round_bf16(v: np.ndarray) -> np.ndarray:
     return np.where(nan, np.float32("nan"), out).astype(np.float32)
 
 
+@functools.cache
+def _bits(dt: str) -> int:
+    return int(re.sub(r"\D", "", dt))
+
+
 def _cast(v: np.ndarray, dt: str) -> np.ndarray:
     """C conversion of ``v`` to scalar type ``dt``: round to nearest for floats, truncate and wrap for ints."""
     v = np.asarray(v)
@@ -77,7 +132,7 @@ def _cast(v: np.ndarray, dt: str) -> np.ndarray:
     if dt == "bool":
         return v != 0
     if dt.startswith(("int", "uint")):
-        bits = int(re.sub(r"\D", "", dt))
+        bits = _bits(dt)
         iv = np.trunc(v).astype(np.int64) if v.dtype.kind == "f" else v.astype(np.int64)
         iv = iv & ((1 << bits) - 1) if bits < 64 else iv
         if dt.startswith("int") and bits < 64:
@@ -109,14 +164,17 @@ def _workspace_size(data: Any) -> int | None:
 
 @dataclass
 class _Storage:
-    """The bytes of one tensor or allocation; ``shared`` ones track the accesses of the current barrier epoch."""
+    """The bytes of one tensor or allocation; ``shared`` ones track, per byte, the last write (thread and its clock)
+    and the reads since (each thread's clock at its read), for the happens-before race checks."""
 
     name: str
     data: np.ndarray  # uint8
     shared: bool = False
     written: np.ndarray | None = None  # bool per byte: ever written (shared and local)
-    writer: np.ndarray | None = None  # int per byte: thread that wrote it this epoch, -1 none
-    reader: np.ndarray | None = None  # int per byte: thread that read it this epoch, -1 none, -2 several
+    writer: np.ndarray | None = None  # int per byte: thread of the last write, -1 none
+    wclk: np.ndarray | None = None  # int per byte: that thread's own clock at the write
+    rvc: np.ndarray | None = None  # bytes x threads: each thread's clock at its last read since the write, 0 none
+    avc: np.ndarray | None = None  # the same for the warp-collective reads of wgmma / mma (ldmatrix)
     inflight: np.ndarray | None = None  # int per byte: thread whose cp.async has not landed yet, -1 none
     views: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -128,20 +186,18 @@ class _Storage:
             v = self.views[dt] = self.data[:n].view(st)
         return v
 
-    def new_epoch(self) -> None:
-        if self.writer is not None:
-            self.writer.fill(-1)
-            self.reader.fill(-1)
 
-
-def _fresh(name: str, nbytes: int, shared: bool, track: bool) -> _Storage:
+def _fresh(name: str, nbytes: int, shared: bool, track: bool, width: int = 0) -> _Storage:
+    """Fresh (poisoned) memory; ``width``: the block's thread count rounded up to whole warps (shared memory)."""
     data = np.full(nbytes, POISON, dtype=np.uint8)
     st = _Storage(name, data, shared=shared)
     if track:
         st.written = np.zeros(nbytes, dtype=bool)
     if shared:
         st.writer = np.full(nbytes, -1, dtype=np.int32)
-        st.reader = np.full(nbytes, -1, dtype=np.int32)
+        st.wclk = np.zeros(nbytes, dtype=np.int32)
+        st.rvc = np.zeros((nbytes, width), dtype=np.int32)
+        st.avc = np.zeros((nbytes, width), dtype=np.int32)
         st.inflight = np.full(nbytes, -1, dtype=np.int32)
     return st
 
@@ -169,10 +225,43 @@ class _Thread:
 
 
 class _Block:
-    """One block: its shared allocations."""
+    """One block: its shared allocations, its threads' vector clocks (``vc[t]``: the last clock of every thread
+    that thread ``t`` has synchronised with; ``vc[t, t]`` its own), its mbarriers and its scheduler."""
 
-    def __init__(self) -> None:
+    def __init__(self, n: int = 0) -> None:
         self.shared: dict[Any, _Storage] = {}
+        self.n = n
+        self.width = -(-n // WARP) * WARP
+        self.vc = np.zeros((n, self.width), dtype=np.int32)
+        self.vc[np.arange(n), np.arange(n)] = 1
+        self.mbars: dict[tuple[int, int], _Mbar] = {}
+        self.sched: _Scheduler | None = None
+        self.regs: dict[int, int] = {}  # setmaxnreg: registers per thread of each warpgroup that asked
+
+    def release(self, tids: Any) -> None:
+        """A barrier of ``tids``: each leaves having seen what all of them did before it."""
+        tids = np.asarray(tids, dtype=np.int64)
+        self.vc[tids] = self.vc[tids].max(axis=0)
+        self.vc[tids, tids] += 1
+
+
+@dataclass
+class _Mbar:
+    """An mbarrier object (``tl::mbar_init``): ``count`` arrivals and ``tx`` bytes of transactions complete the
+    phase in progress; ``phases`` completed so far; ``vc`` the clocks released into the phase in progress,
+    ``done_vc`` those of the last completed phase (what a satisfied wait acquires)."""
+
+    label: str
+    count: int
+    pending: int
+    tx: int
+    phases: int
+    vc: np.ndarray
+    done_vc: np.ndarray | None = None
+
+    def satisfied(self, parity: int) -> bool:
+        # try_wait.parity P: the phase of parity P has completed, i.e. the phase in progress has the other parity
+        return (self.phases & 1) != (parity & 1)
 
 
 class Emulator:
@@ -249,34 +338,82 @@ class Emulator:
             view[e] = x
 
     def _track(self, st: _Storage, th: _Thread, elems: np.ndarray, size: int, write: bool) -> None:
+        """Check and record an access of ``th`` to the ``size``-byte elements ``elems`` of ``st``."""
         if st.written is None:
             return
-        for e in elems:
-            b0 = int(e) * size
-            sl = slice(b0, b0 + size)
-            if st.inflight is not None and (st.inflight[sl] >= 0).any():
-                self.problem(f"thread {th.tid} {'writes' if write else 'reads'} {st.name} bytes {b0}..{b0 + size} "
-                             f"that a cp.async of thread {int(st.inflight[sl].max())} is still writing (no "
-                             "cp_async_wait covers it)")
-            if not write and not st.written[sl].all():
-                self.problem(f"thread {th.tid} reads {st.name} bytes {b0}..{b0 + size} that were never written")
-            if st.writer is not None and th.tid >= 0:
-                w = st.writer[sl]
-                if ((w >= 0) & (w != th.tid)).any():
-                    self.problem(f"shared-memory race on {st.name} bytes {b0}..{b0 + size}: thread {th.tid} "
-                                 f"{'writes' if write else 'reads'} what thread {int(w.max())} wrote since the "
-                                 "last barrier")
-                if write:
-                    r = st.reader[sl]
-                    if ((r == -2) | ((r >= 0) & (r != th.tid))).any():
-                        self.problem(f"shared-memory race on {st.name} bytes {b0}..{b0 + size}: thread {th.tid} "
-                                     "overwrites what another thread read since the last barrier")
-                    st.writer[sl] = th.tid
-                else:
-                    r = st.reader[sl]
-                    st.reader[sl] = np.where(r == -1, th.tid, np.where(r == th.tid, r, -2))
+        if st.writer is None and len(elems) == 1:  # a register: only whether it was written
+            b0 = int(elems[0]) * size
+            w = st.written[b0:b0 + size]
             if write:
-                st.written[sl] = True
+                w[:] = True
+            elif not w.all():
+                self.problem(f"thread {th.tid} reads {st.name} bytes {b0}..{b0 + size} that were never written")
+            return
+        nbytes = (np.asarray(elems, dtype=np.int64)[:, None] * size + np.arange(size)).reshape(-1)
+        self._track_bytes(st, th, nbytes, write)
+
+    def _track_bytes(self, st: _Storage, th: _Thread, nbytes: np.ndarray, write: bool,
+                     who: str | None = None) -> None:
+        """Check and record an access of ``th`` (or, ``who``, of the asynchronous copy it issued) to the bytes
+        ``nbytes`` of ``st``: a byte a cp.async is still writing, a read of a byte never written, and in shared
+        memory a race — another thread's write, or (for a write) another thread's read, that no barrier, mbarrier
+        phase or ``__syncwarp`` orders before this access (vector clocks: thread ``w``'s access at its clock ``c``
+        is ordered before ``th``'s iff ``vc[th, w] >= c``)."""
+        if st.written is None:
+            return
+        who = who or f"thread {th.tid}"
+        span = f"{st.name} bytes {int(nbytes.min())}..{int(nbytes.max()) + 1}"
+        if st.inflight is not None:
+            inf = st.inflight[nbytes]
+            if (inf >= 0).any():
+                self.problem(f"{who} {'writes' if write else 'reads'} {span} that a cp.async of thread "
+                             f"{int(inf.max())} is still writing (no cp_async_wait covers it)")
+        if not write and not st.written[nbytes].all():
+            self.problem(f"{who} reads {span} that were never written")
+        if st.writer is not None and th.tid >= 0:
+            t = th.tid
+            vc = th.block.vc[t]
+            w = st.writer[nbytes]
+            other = (w >= 0) & (w != t)
+            if other.any():
+                unordered = vc[w[other]] < st.wclk[nbytes][other]
+                if unordered.any():
+                    self.problem(f"shared-memory race on {span}: {who} {'writes' if write else 'reads'} what thread "
+                                 f"{int(w[other][unordered][0])} wrote with no barrier (or mbarrier phase) "
+                                 "ordering the two")
+            if write:
+                r = st.rvc[nbytes]
+                late = r > vc
+                if late.any():
+                    self.problem(f"shared-memory race on {span}: {who} overwrites what thread "
+                                 f"{int(np.nonzero(late.any(axis=0))[0][0])} read with no barrier (or mbarrier "
+                                 "phase) ordering the two")
+                self._check_collective_reads(st, th, nbytes, span, who)
+                st.writer[nbytes] = t
+                st.wclk[nbytes] = vc[t]
+                st.rvc[nbytes] = 0
+                st.avc[nbytes] = 0
+            else:
+                st.rvc[nbytes, t] = vc[t]
+        if write:
+            st.written[nbytes] = True
+
+    def _check_collective_reads(self, st: _Storage, th: _Thread, nbytes: np.ndarray, span: str, who: str) -> None:
+        """A write after a wgmma / mma read of the same bytes: the read completes for a whole warp (the
+        ``wait_group`` is warp-synchronous), so it is ordered before the write once any lane of each reading warp
+        is (ws_loop's release by lane 0 of each warp)."""
+        a = st.avc[nbytes]
+        if not a.any():
+            return
+        warps = a.reshape(len(nbytes), -1, WARP)
+        seen = th.block.vc[th.tid].reshape(-1, WARP)
+        read = (warps > 0).any(axis=2)
+        ordered = ((warps > 0) & (warps <= seen)).any(axis=2)
+        bad = read & ~ordered
+        if bad.any():
+            warp = int(np.nonzero(bad.any(axis=0))[0][0])
+            self.problem(f"shared-memory race on {span}: {who} overwrites what a wgmma of warp {warp} read, with no "
+                         "barrier or mbarrier phase after the read ordering the two")
 
     # -- expressions -----------------------------------------------------------------------------------
     def scalar(self, e: Any, th: _Thread) -> int:
@@ -287,38 +424,41 @@ class Emulator:
 
     def ev(self, e: Any, th: _Thread) -> np.ndarray:  # noqa: C901 - one dispatch over the expression kinds
         """The value of ``e`` in thread ``th`` as a numpy array of its lanes."""
-        if isinstance(e, tirx.IntImm):
-            return np.array([int(e.value)], dtype=np.bool_ if dtype_of(e) == "bool" else np.int64)
-        if isinstance(e, tirx.FloatImm):
-            return _cast(np.array([float(e.value)]), _split(dtype_of(e))[0])
-        if isinstance(e, tvm.ir.Var) and not tirx.is_buffer_var(e):
-            if e not in th.env:
-                raise EmulationError(f"variable {e} has no value")
-            return th.env[e]
-        if isinstance(e, tvm.ir.TensorLoad):
-            idx = self._indices(e.indices, th)
-            return self.load(th, e.source, idx)
-        if isinstance(e, tirx.Ramp):
-            base, stride = self.scalar(e.base, th), self.scalar(e.stride, th)
-            return base + stride * np.arange(int(e.lanes), dtype=np.int64)
-        if isinstance(e, tirx.Broadcast):
-            return np.repeat(self.ev(e.value, th), int(e.lanes))
-        if isinstance(e, tirx.Cast):
-            return _cast(self.ev(e.value, th), _split(dtype_of(e))[0])
-        op = _BINARY.get(type(e))
+        t = type(e)
+        op = _BINARY.get(t)
         if op is not None:
             a, b = self.ev(e.a, th), self.ev(e.b, th)
             out = op(a, b)
-            dt = _split(dtype_of(e))[0]
-            return _cast(out, dt) if dt in ("bfloat16",) or dt.startswith(("int", "uint")) else out
-        if isinstance(e, tirx.Not):
+            dt = _base(e)
+            return _cast(out, dt) if dt == "bfloat16" or dt.startswith(("int", "uint")) else out
+        kind = _KINDS.get(t) or _kind(e)
+        if kind == "var" and not tirx.is_buffer_var(e):
+            v = th.env.get(e)
+            if v is None:
+                raise EmulationError(f"variable {e} has no value")
+            return v
+        if kind == "load":
+            idx = self._indices(e.indices, th)
+            return self.load(th, e.source, idx)
+        if kind == "int":
+            return np.array([int(e.value)], dtype=np.bool_ if _base(e) == "bool" else np.int64)
+        if kind == "float":
+            return _cast(np.array([float(e.value)]), _base(e))
+        if kind == "cast":
+            return _cast(self.ev(e.value, th), _base(e))
+        if kind == "call":
+            return self._call(e, th)
+        if kind == "ramp":
+            base, stride = self.scalar(e.base, th), self.scalar(e.stride, th)
+            return base + stride * np.arange(int(e.lanes), dtype=np.int64)
+        if kind == "broadcast":
+            return np.repeat(self.ev(e.value, th), int(e.lanes))
+        if kind == "not":
             return ~self.ev(e.a, th)
-        if isinstance(e, tirx.Select):
+        if kind == "select":
             c = self.ev(e.condition, th)
             return np.where(c, self.ev(e.true_value, th), self.ev(e.false_value, th))
-        if isinstance(e, tvm.ir.Call):
-            return self._call(e, th)
-        if isinstance(e, tirx.Let):
+        if kind == "let":
             th.env[e.var] = self.ev(e.value, th)
             return self.ev(e.body, th)
         raise NotImplementedError(f"emulator: expression {type(e).__name__}: {e}")
@@ -421,7 +561,7 @@ class Emulator:
         nbytes = n * np.dtype(_STORAGE[str(buf.dtype)]).itemsize
         if scope.startswith("shared"):
             if buf not in th.block.shared:
-                th.block.shared[buf] = _fresh(buf.name, nbytes, shared=True, track=True)
+                th.block.shared[buf] = _fresh(buf.name, nbytes, shared=True, track=True, width=th.block.width)
         else:  # local / local.var: private to the thread, fresh at each allocation
             th.local[buf] = _fresh(buf.name, nbytes, shared=False, track=True)
 
@@ -478,7 +618,150 @@ class Emulator:
             while len(th.groups) > keep:
                 self._cp_async_land(th, th.groups.pop(0))
             return
+        if fname == "__syncwarp":
+            yield ("syncwarp",)
+            return
+        m = re.fullmatch(r"tl::named_barrier_sync<(\d+), (\d+)>", fname)
+        if m:
+            yield ("named", int(m[1]), int(m[2]))
+            return
+        if fname in ("tl::mbar_init", "tl::mbar_arrive", "tl::mbar_expect_tx"):
+            self._mbar_op(fname, args, th)
+            return
+        if fname == "tl::mbar_wait":
+            bar = self._mbar(self.pointer(args[0], th), th, args[0])
+            yield ("mbar_wait", bar, self.scalar(args[1], th))
+            return
+        if fname in ("tl::mbar_fence_init", "tl::fence_proxy_async"):
+            return  # orderings the emulator's memory has already: init and TMA act at once, in program order
+        m = re.fullmatch(r"tl::tma_load_([2-5])d<(\d+)>", fname)
+        if m:
+            self._tma_load(int(m[1]), int(m[2]), args, th)
+            return
+        m = re.fullmatch(r"tl::setmaxnreg_(dec|inc)<(\d+)>", fname)
+        if m:
+            self._setmaxnreg(int(m[2]), th)
+            return
         raise NotImplementedError(f"emulator: device function {fname}")
+
+    # -- mbarriers and TMA loads (tl/tma.cuh) ---------------------------------------------------------------
+    def _mbar(self, ptr: _Pointer, th: _Thread, expr: Any, init: int | None = None) -> _Mbar:
+        """The mbarrier at ``ptr`` (its state keyed by the shared address), created by ``init``."""
+        size = np.dtype(_STORAGE[ptr.dtype]).itemsize
+        b = ptr.elem * size
+        if not ptr.storage.shared or b % 8:
+            self.problem(f"an mbarrier at {ptr.storage.name} byte {b}: not 8 aligned bytes of shared memory")
+        key = (id(ptr.storage), b)
+        blk = th.block
+        if init is not None:
+            name = expr.args[0].source.name if isinstance(expr, tvm.ir.Call) else ptr.storage.name
+            blk.mbars[key] = _Mbar(f"{name} (shared byte {b})", init, init, 0, 0, np.zeros(blk.width, np.int32))
+        bar = blk.mbars.get(key)
+        if bar is None:
+            self.problem(f"thread {th.tid} uses the mbarrier at {ptr.storage.name} byte {b} before tl::mbar_init")
+        return bar
+
+    def _mbar_op(self, fname: str, args: list[Any], th: _Thread) -> None:
+        ptr = self.pointer(args[0], th)
+        if fname == "tl::mbar_init":
+            count = self.scalar(args[1], th)
+            if not 1 <= count < 1 << 20:
+                self.problem(f"tl::mbar_init with an arrival count of {count} (1 .. 2^20 - 1)")
+            self._mbar(ptr, th, args[0], init=count)
+            return
+        bar = self._mbar(ptr, th, args[0])
+        if fname == "tl::mbar_expect_tx":
+            bar.tx += self.scalar(args[1], th)
+        if bar.pending == 0:
+            self.problem(f"thread {th.tid} arrives on mbarrier {bar.label} whose phase {bar.phases} already has its "
+                         f"{bar.count} arrivals (and waits for {bar.tx} bytes of transactions)")
+        self._release_into(bar, th)
+        bar.pending -= 1
+        self._mbar_progress(bar, th.block)
+
+    def _release_into(self, bar: _Mbar, th: _Thread) -> None:
+        vc = th.block.vc
+        np.maximum(bar.vc, vc[th.tid], out=bar.vc)
+        vc[th.tid, th.tid] += 1
+
+    def _mbar_progress(self, bar: _Mbar, blk: _Block) -> None:
+        if bar.pending or bar.tx:
+            return
+        bar.phases += 1
+        bar.done_vc, bar.vc = bar.vc, np.zeros(blk.width, np.int32)
+        bar.pending = bar.count
+        if blk.sched is not None:
+            blk.sched.wake(bar)
+
+    def _tma_load(self, rank: int, index: int, args: list[Any], th: _Thread) -> None:
+        """``tl::tma_load_<rank>d<index>(dst, bar, c0 ..)``: the box of tensor map ``index`` (``tl.tma_maps``) at
+        coordinates ``c0`` (innermost) .., zero outside the tensor, written into shared memory at ``dst`` in the
+        box's row-major order through the map's swizzle — CUTLASS's Swizzle<B, 4, 3> of the shared byte address
+        (bits 4.. XOR bits 7.., B = 3 / 2 / 1 for 128 / 64 / 32 bytes), taken from the start of the block's
+        shared memory — at once (the copy completes when issued), then the bytes complete on ``bar``."""
+        maps = self._tma_maps()
+        if index >= len(maps):
+            self.problem(f"tl::tma_load_{rank}d<{index}> but the kernel has {len(maps)} tensor maps")
+        mp = maps[index]
+        dims, box, swz = [int(x) for x in mp["dims"]], [int(x) for x in mp["box"]], int(mp["swizzle"])
+        if len(dims) != rank or len(box) != rank or len(args) != 2 + rank:
+            self.problem(f"tl::tma_load_{rank}d<{index}> of a {len(dims)}-D map ({mp['param']})")
+        es = np.dtype(_STORAGE[str(mp["dtype"])]).itemsize if mp["dtype"] in _STORAGE else 1
+        if swz not in (32, 64, 128) or box[0] * es > swz or any(not 1 <= x <= 256 for x in box):
+            self.problem(f"tensor map {index} ({mp['param']}): a box of {box} elements of {es} bytes with a {swz}-byte "
+                         "swizzle (the inner box dimension may span at most the swizzle's bytes, each at most 256)")
+        dst, bar_ptr = self.pointer(args[0], th), self.pointer(args[1], th)
+        coords = [self.scalar(a, th) for a in args[2:]]
+        param = next((p for p in self.func.params if p.name == mp["param"]), None)
+        if param is None:
+            self.problem(f"tensor map {index} names {mp['param']}, not a parameter of the kernel")
+        src = self.globals[param]
+        if len(src.data) != int(np.prod(dims)) * es:
+            self.problem(f"tensor map {index}: {mp['param']} has {len(src.data)} bytes, the map describes "
+                         f"{'x'.join(map(str, reversed(dims)))} elements of {es} bytes")
+        # the box's elements, outermost dimension first, in the order they are stored
+        idx = np.indices(tuple(reversed(box))).reshape(rank, -1)
+        pos = idx + np.array(list(reversed(coords)), dtype=np.int64)[:, None]
+        outer = np.array(list(reversed(dims)), dtype=np.int64)[:, None]
+        inside = ((pos >= 0) & (pos < outer)).all(axis=0)
+        lin = np.ravel_multi_index(tuple(np.clip(pos, 0, outer - 1)), tuple(reversed(dims)))
+        raw = src.data[(lin[:, None] * es + np.arange(es)).reshape(-1)]
+        data = np.where(np.repeat(inside, es), raw, 0).astype(np.uint8)
+        d0 = dst.elem * np.dtype(_STORAGE[dst.dtype]).itemsize
+        st = dst.storage
+        if not st.shared or d0 % 128:
+            self.problem(f"tl::tma_load_{rank}d<{index}> into {st.name} byte {d0}: not 128-byte aligned shared memory")
+        lb = d0 + np.arange(len(data), dtype=np.int64)
+        phys = lb ^ (((lb >> 7) & (swz // 16 - 1)) << 4)
+        if phys.max() >= len(st.data):
+            self.problem(f"tl::tma_load_{rank}d<{index}> writes {st.name} bytes {d0}..{d0 + len(data)} outside its "
+                         f"{len(st.data)}")
+        bar = self._mbar(bar_ptr, th, args[1])
+        self._track_bytes(st, th, phys, write=True, who=f"the TMA load of thread {th.tid}")
+        st.data[phys] = data
+        # complete_tx: the copy's writes are released into the barrier's phase with the bytes
+        self._release_into(bar, th)
+        bar.tx -= len(data)
+        self._mbar_progress(bar, th.block)
+
+    def _tma_maps(self) -> list[dict[str, Any]]:
+        text = self.func.attrs["tl.tma_maps"] if "tl.tma_maps" in self.func.attrs else None
+        if text is None:
+            self.problem("a TMA load in a kernel without tl.tma_maps")
+        return list(json.loads(str(text)))
+
+    def _setmaxnreg(self, regs: int, th: _Thread) -> None:
+        """``setmaxnreg`` changes no value; its count must be a multiple of 8 in 24 .. 256, the same for the whole
+        warpgroup, and the warpgroups' counts must fit the register file."""
+        if regs % 8 or not 24 <= regs <= 256:
+            self.problem(f"setmaxnreg<{regs}>: a count of 24 .. 256 registers, a multiple of 8")
+        wg = th.tid // 128
+        blk = th.block
+        if blk.regs.setdefault(wg, regs) != regs:
+            self.problem(f"the threads of warpgroup {wg} ask setmaxnreg for {blk.regs[wg]} and {regs} registers")
+        if sum(blk.regs.values()) * 128 > 65536:
+            self.problem(f"setmaxnreg: the warpgroups ask for {dict(blk.regs)} registers per thread, more than the "
+                         "65536 of an SM")
 
     # -- cp.async (tl/copy.cuh) --------------------------------------------------------------------------
     def _cp_async(self, fname: str, args: list[Any], th: _Thread) -> None:
@@ -604,20 +887,23 @@ class Emulator:
                 self._raw_store(th, pv, k, v)
 
     # -- wgmma ------------------------------------------------------------------------------------------
-    def _wgmma(self, tokens: list[Any]) -> None:
-        """``tl::wgmma_gemm_ss`` / ``tl::wgmma_gemm_rs``, issued by every thread of the block together: C += A B
-        in float32 (fp16/bf16 products are exact in float32; the hardware's summation order may differ). A and B
-        are read from shared memory in the wgmma swizzled layouts the template's descriptors describe (or A from
-        the threads' registers in the ``wgmma`` fragment layout), C is every thread's accumulator registers in the
-        ``wgmma`` layout. The shared bytes read must have been written, no cp.async may still be writing them and
-        no thread may have written them since the last barrier (wgmma reads through the async proxy after
-        ``fence.proxy.async``, which orders only writes that a barrier made visible); they are then marked read by
-        several threads, so a later write before the next barrier is a race."""
+    def _wgmma(self, block: _Block, tokens: list[Any], tids: list[int]) -> None:
+        """``tl::wgmma_gemm_ss`` / ``tl::wgmma_gemm_rs``, issued by the 128 threads ``tids`` of one warpgroup
+        together (``tl::gemm_ss`` / ``tl::gemm_rs``, mma.sync: the 32 of one warp): C += A B in float32 (fp16/bf16
+        products are exact in float32; the hardware's summation order may differ) for the accumulator registers
+        of these threads. A and B are read from shared memory in the wgmma swizzled layouts the template's
+        descriptors describe (or A from the threads' registers in the ``wgmma`` fragment layout), C is the threads'
+        accumulator registers in the ``wgmma`` layout of the ``wg_m x wg_n`` warpgroups of the call. The shared
+        bytes read must have been written, no cp.async may still be writing them, and their last write must be
+        ordered (a barrier, an mbarrier phase) before every thread of the group (wgmma reads through the async
+        proxy after ``fence.proxy.async``, which orders only the writes the issuing threads have seen); they are
+        then marked read by the group's warps, so a later write that no synchronisation with them orders after
+        the read is a race."""
         from tilelang_core.transform.cuda.layouts import FragmentLayout
 
         kinds = {tok[1] for tok in tokens}
         if len(kinds) != 1:
-            self.problem(f"the threads of a block issue different wgmma calls: {sorted(kinds)}")
+            self.problem(f"the threads of a warpgroup issue different wgmma calls: {sorted(kinds)}")
         form, params = tokens[0][1]
         mma = form.startswith("mma_")  # tl::gemm_ss / tl::gemm_rs (mma.sync): warps, not warpgroups
         if form in ("ss", "mma_ss"):
@@ -631,11 +917,11 @@ class Emulator:
         else:
             M, N, K, wg_m, _nc, tb, swb = params[:7]
             wg_n, ta, swa = 1, 0, 0
-        threads = len(tokens)
         group = 32 if mma else 128
-        if threads != self.threads or threads % group or threads // group != wg_m * wg_n:
-            self.problem(f"{'mma.sync' if mma else 'wgmma'} over a {wg_m} x {wg_n} grid issued by {threads} of "
-                         f"{self.threads} threads")
+        threads = wg_m * wg_n * group
+        if tids[-1] >= threads:
+            self.problem(f"{'mma.sync' if mma else 'wgmma'} over a {wg_m} x {wg_n} grid ({threads} threads) issued by "
+                         f"threads {tids[0]}..{tids[-1]}")
         b_ptr = tokens[0][2][1]
         if any(tok[2][1].storage is not b_ptr.storage or tok[2][1].elem != b_ptr.elem for tok in tokens):
             self.problem("the threads of a warpgroup pass different B tiles to one wgmma")
@@ -644,13 +930,15 @@ class Emulator:
         reads = [(b_ptr.storage, b_bytes)]
         if form in ("ss", "mma_ss"):
             a_ptr = tokens[0][2][0]
+            if any(tok[2][0].storage is not a_ptr.storage or tok[2][0].elem != a_ptr.elem for tok in tokens):
+                self.problem("the threads of a warpgroup pass different A tiles to one wgmma")
             a_vals, a_bytes = _wgmma_tile(a_ptr, K if ta else M, M if ta else K, swa, "A", mma)
             a = a_vals.T if ta else a_vals  # M x K
             reads.append((a_ptr.storage, a_bytes))
         else:  # A from the registers of every thread, in the wgmma layout of its own M x K tile
             alay = (FragmentLayout.mma if mma else FragmentLayout.wgmma)((M, K), threads, wg_m, 1)
             a = np.full((M, K), np.nan, dtype=np.float32)
-            for t, tok in enumerate(tokens):
+            for t, tok in zip(tids, tokens):
                 ap = tok[2][0]
                 if ap.storage.shared:
                     self.problem("the A operand of a register-A wgmma is in shared memory")
@@ -658,20 +946,26 @@ class Emulator:
                 for r in range(alay.num_regs):
                     row, col = alay.element_of(t, r)
                     a[row, col] = self._raw_load(_Thread(_Block(), t, {}), pb, r)[0]
+        g = np.asarray(tids, dtype=np.int64)
+        seen = block.vc[g].min(axis=0)  # what every thread of the group has synchronised with
         for st, nbytes in reads:
             if st.inflight is not None and (st.inflight[nbytes] >= 0).any():
                 self.problem(f"wgmma reads {st.name} bytes that a cp.async is still writing (no cp_async_wait "
                              "covers them)")
             if st.written is not None and not st.written[nbytes].all():
                 self.problem(f"wgmma reads {st.name} bytes that were never written")
-            if st.writer is not None and (st.writer[nbytes] >= 0).any():
-                self.problem(f"wgmma reads {st.name} bytes written since the last barrier (thread "
-                             f"{int(st.writer[nbytes].max())}): the write is not ordered before the async proxy")
-            if st.reader is not None:
-                st.reader[nbytes] = -2
+            if st.writer is not None:
+                w = st.writer[nbytes]
+                some = w >= 0
+                late = seen[w[some]] < st.wclk[nbytes][some]
+                if late.any():
+                    self.problem(f"shared-memory race on {st.name}: the wgmma of threads {tids[0]}..{tids[-1]} reads "
+                                 f"bytes written by thread {int(w[some][late][0])} that no barrier (or mbarrier phase) "
+                                 "orders before every thread of the group (nor, so, before the async proxy)")
+                st.avc[nbytes[:, None], g[None, :]] = block.vc[g, g][None, :]
         prod = a.astype(np.float32) @ b.astype(np.float32)
         clay = (FragmentLayout.mma if mma else FragmentLayout.wgmma)((M, N), threads, wg_m, wg_n)
-        for t, tok in enumerate(tokens):
+        for t, tok in zip(tids, tokens):
             pc = _PtrBuf(tok[2][2])
             th = _Thread(_Block(), t, {})
             for r in range(clay.num_regs):
@@ -696,42 +990,188 @@ class Emulator:
         self._run_block(s.body, th, iv.var, n)
 
     def _run_block(self, body: Any, outer: _Thread, tvar: Any, n: int) -> None:
-        """All ``n`` threads of one block, barrier to barrier."""
-        block = outer.block
+        """All ``n`` threads of one block, each running until it blocks (see :class:`_Scheduler`)."""
+        block = _Block(n)
+        outer.block = block
         threads = []
         for t in range(n):
             th = _Thread(block, t, outer.env)
             th.env[tvar] = np.array([t], dtype=np.int64)
             threads.append(th)
-        gens: list[Iterator[Any] | None] = [self._gen(body, th) for th in threads]
-        replies: list[Any] = [None] * n
-        while any(g is not None for g in gens):
-            tokens: list[Any] = [None] * n
-            for t, g in enumerate(gens):
-                if g is None:
+        block.sched = _Scheduler(self, block, [self._gen(body, th) for th in threads])
+        block.sched.run()
+
+
+class _Scheduler:
+    """Runs the threads of one block: each runs until it yields a token it must wait at, then the next runnable
+    thread runs. The tokens: ``("sync",)`` (``__syncthreads``: every thread that has not exited), ``("named", id,
+    count)`` (``bar.sync id, count``), ``("syncwarp",)`` (the warp's lanes that have not exited), ``("shfl",
+    value, offset)`` (the 32 lanes of the warp; each gets its xor partner's value back), ``("wgmma", call,
+    pointers)`` (the 128 threads of a warpgroup issue together; ``tl::gemm_*`` (mma.sync): the 32 of a warp) and
+    ``("mbar_wait", barrier, parity)`` (until the barrier's phase of that parity has completed). A barrier makes its
+    threads' vector clocks meet; a satisfied mbarrier wait acquires the clocks released into the completed phase.
+    No runnable thread while some wait: a deadlock, reported with what each thread waits on."""
+
+    def __init__(self, emu: Emulator, block: _Block, gens: list[Iterator[Any]]) -> None:
+        self.emu, self.block, self.gens = emu, block, gens
+        n = len(gens)
+        self.n = n
+        self.ready: deque[int] = deque(range(n))
+        self.replies: list[Any] = [None] * n
+        self.waiting: dict[int, Any] = {}  # thread -> the token it waits at
+        self.exited: set[int] = set()
+        self.groups: dict[Any, list[int]] = {}  # a collective (its key) -> the threads arrived at it
+        self.named: dict[int, int] = {}  # named barrier id -> its thread count (while threads wait there)
+        self.mbar_waiters: dict[int, list[int]] = {}  # id(mbarrier) -> waiting threads
+
+    def run(self) -> None:
+        while self.ready:
+            self.advance(self.ready.popleft())
+        if len(self.exited) != self.n:
+            self.deadlock()
+
+    def advance(self, t: int) -> None:
+        g = self.gens[t]
+        reply, self.replies[t] = self.replies[t], None
+        while True:
+            try:
+                tok = g.send(reply)
+            except StopIteration:
+                self.exited.add(t)
+                self.on_exit(t)
+                return
+            reply = None
+            if tok[0] == "mbar_wait":
+                bar, parity = tok[1], tok[2]
+                if bar.satisfied(parity):
+                    self.acquire(t, bar)
                     continue
-                try:
-                    tokens[t] = g.send(replies[t]) if replies[t] is not None else next(g)
-                except StopIteration:
-                    gens[t] = None
-            live = [t for t in range(n) if gens[t] is not None]
-            if not live:
-                break
-            kinds = {tokens[t][0] for t in live}
-            if len(kinds) != 1:
-                self.problem(f"threads of a block disagree at a barrier/shuffle: {sorted(kinds)}")
-            if len(live) != n:
-                self.problem(f"{n - len(live)} threads exited while the others wait at a {kinds.pop()}")
-            replies = [None] * n
-            if kinds == {"sync"}:
-                for st in block.shared.values():
-                    st.new_epoch()
-            elif kinds == {"wgmma"}:
-                self._wgmma([tokens[t] for t in live])
-            else:  # shuffle: each lane gets its xor partner's value
-                for t in live:
-                    _, _, off = tokens[t]
-                    replies[t] = tokens[(t // WARP) * WARP + ((t % WARP) ^ off)][1]
+                self.waiting[t] = tok
+                self.mbar_waiters.setdefault(id(bar), []).append(t)
+                return
+            self.waiting[t] = tok
+            self.arrive(t, tok)
+            return
+
+    def acquire(self, t: int, bar: _Mbar) -> None:
+        if bar.done_vc is not None:
+            np.maximum(self.block.vc[t], bar.done_vc, out=self.block.vc[t])
+
+    def wake(self, bar: _Mbar) -> None:
+        """``bar`` completed a phase: its satisfied waiters acquire it and run again."""
+        still = []
+        for t in self.mbar_waiters.pop(id(bar), []):
+            if bar.satisfied(self.waiting[t][2]):
+                del self.waiting[t]
+                self.acquire(t, bar)
+                self.ready.append(t)
+            else:
+                still.append(t)
+        if still:
+            self.mbar_waiters[id(bar)] = still
+
+    def key(self, t: int, tok: Any) -> Any:
+        kind = tok[0]
+        if kind == "sync":
+            return ("bar", 0)
+        if kind == "named":
+            return ("bar", tok[1])
+        if kind in ("syncwarp", "shfl"):
+            return (kind, t // WARP)
+        if kind == "wgmma":
+            size = WARP if tok[1][0].startswith("mma_") else 128
+            return ("wgmma", t // size, size)
+        raise NotImplementedError(f"emulator: token {kind}")
+
+    def expected(self, key: Any) -> int:
+        """How many threads complete the collective ``key`` now."""
+        kind = key[0]
+        if kind == "bar":
+            if key[1] == 0 and key[1] not in self.named:
+                return self.n - len(self.exited)
+            return self.named[key[1]]
+        if kind == "syncwarp":
+            lanes = range(key[1] * WARP, min(self.n, (key[1] + 1) * WARP))
+            return sum(1 for x in lanes if x not in self.exited)
+        if kind == "shfl":
+            return min(WARP, self.n - key[1] * WARP)
+        return key[2]
+
+    def arrive(self, t: int, tok: Any) -> None:
+        key = self.key(t, tok)
+        if tok[0] == "named":
+            bid, count = tok[1], tok[2]
+            if count % WARP or not 0 < count <= self.n:
+                self.emu.problem(f"bar.sync {bid}, {count}: a thread count that is a multiple of 32 up to the "
+                                 f"block's {self.n}")
+            if self.named.setdefault(bid, count) != count:
+                self.emu.problem(f"threads meet at bar.sync {bid} with counts {self.named[bid]} and {count}")
+        elif tok[0] == "sync" and 0 in self.named:
+            self.emu.problem(f"__syncthreads while threads wait at bar.sync 0, {self.named[0]}")
+        self.groups.setdefault(key, []).append(t)
+        self.complete(key)
+
+    def complete(self, key: Any) -> None:
+        tids = self.groups.get(key)
+        if not tids or len(tids) < self.expected(key):
+            return
+        del self.groups[key]
+        if key[0] == "bar":
+            self.named.pop(key[1], None)
+        tids.sort()
+        toks = [self.waiting.pop(t) for t in tids]
+        if key[0] == "shfl":
+            vals = {t: tok[1] for t, tok in zip(tids, toks)}
+            for t, tok in zip(tids, toks):
+                self.replies[t] = vals[(t // WARP) * WARP + ((t % WARP) ^ tok[2])]
+        elif key[0] == "wgmma":
+            self.emu._wgmma(self.block, toks, tids)
+        else:
+            self.block.release(tids)
+        self.ready.extend(tids)
+
+    def on_exit(self, t: int) -> None:
+        """An exited thread no longer counts at ``__syncthreads`` and ``__syncwarp``."""
+        for key in (("bar", 0), ("syncwarp", t // WARP)):
+            self.complete(key)
+
+    def deadlock(self) -> None:
+        waits: dict[str, list[int]] = {}
+        for t, tok in sorted(self.waiting.items()):
+            waits.setdefault(self.describe(t, tok), []).append(t)
+        lines = [f"{_ranges(ts)}: {what}" for what, ts in waits.items()]
+        self.emu.problem(f"deadlock: no thread of the block can run ({len(self.exited)} of {self.n} exited); "
+                         + "; ".join(lines))
+
+    def describe(self, t: int, tok: Any) -> str:
+        kind = tok[0]
+        if kind == "mbar_wait":
+            bar = tok[1]
+            return (f"wait on mbarrier {bar.label} for parity {tok[2]} ({bar.phases} phases completed; the phase in "
+                    f"progress waits for {bar.pending} of {bar.count} arrivals and {bar.tx} bytes)")
+        key = self.key(t, tok)
+        have = len(self.groups.get(key, []))
+        if kind == "sync":
+            return f"__syncthreads ({have} of {self.expected(key)} threads there)"
+        if kind == "named":
+            return f"bar.sync {tok[1]}, {tok[2]} ({have} threads there)"
+        if kind == "shfl":
+            return f"a warp shuffle of warp {t // WARP} ({have} of 32 lanes there)"
+        if kind == "syncwarp":
+            return f"__syncwarp of warp {t // WARP} ({have} of {self.expected(key)} lanes there)"
+        return f"a {tok[1][0]} gemm of {'warp' if key[2] == WARP else 'warpgroup'} {key[1]} ({have} of {key[2]} there)"
+
+
+def _ranges(ts: list[int]) -> str:
+    """'threads 0-127, 130' for a sorted list of thread ids."""
+    out, i = [], 0
+    while i < len(ts):
+        j = i
+        while j + 1 < len(ts) and ts[j + 1] == ts[j] + 1:
+            j += 1
+        out.append(f"{ts[i]}-{ts[j]}" if j > i else str(ts[i]))
+        i = j + 1
+    return ("threads " if len(ts) > 1 else "thread ") + ", ".join(out)
 
 
 # -- wgmma (include/tl/wgmma.cuh), all the block's warpgroups at once ----------------------------------------------
@@ -755,11 +1195,16 @@ def _wgmma_tile(ptr: _Pointer, rows: int, cols: int, swz: int, what: str,
     st = ptr.storage
     if not st.shared:
         raise EmulationError(f"wgmma {what} operand {st.name} is not in shared memory")
+    size = np.dtype(_STORAGE[ptr.dtype]).itemsize
+    if not mma and (ptr.elem * size) % (8 * swz):
+        # the hardware XORs absolute shared addresses (the descriptors' base offset is 0): the tile's layout is the
+        # one the descriptors read only where the tile starts on a whole period of the swizzle
+        raise EmulationError(f"wgmma {what} operand at {st.name} byte {ptr.elem * size}: not on a {8 * swz}-byte "
+                             f"boundary (the period of its {swz}-byte swizzle)")
     view = st.view(ptr.dtype)
     elems = ptr.elem + off
     if elems.min() < 0 or elems.max() >= len(view):
         raise EmulationError(f"wgmma {what} operand reads {st.name} outside its {len(view)} elements")
-    size = np.dtype(_STORAGE[ptr.dtype]).itemsize
     nbytes = (elems[..., None] * size + np.arange(size)).reshape(-1)
     raw = view[elems]
     vals = (raw.astype(np.uint32) << 16).view(np.float32) if ptr.dtype == "bfloat16" else raw.astype(np.float32)

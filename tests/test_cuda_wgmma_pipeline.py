@@ -9,8 +9,8 @@ pass_configs ``tl.cuda.wgmma_pipeline``), checked without a GPU.
   a stage overwritten while a step that reads it may be in flight, a stage read before its tile landed, a step
   reading the wrong tile and an accumulator access during a group; it is shown to catch the schedule that keeps
   the full prefetch distance with a group in flight;
-* emulated: the quickstart GEMM on that path (bf16, a ragged problem, cp.async loads, the group in flight, the bf16
-  pair-stored epilogue) run by the CUDA emulator (``tests/cuda_emulator.py``) matches torch;
+* emulated: the quickstart GEMM on that path (bf16, a ragged problem, cp.async or TMA loads, the group in flight, the
+  bf16 pair-stored epilogue) run by the CUDA emulator (``tests/cuda_emulator.py``) matches torch;
 * codegen: ``tl::wgmma_gemm_ss<..., 1>`` in the loop, ``tl::wgmma_drain`` before the epilogue, the reasons when a
   loop keeps ``wait_group 0``; nvcc for sm_90a and the SASS's ``WARPGROUP.DEPBAR.LE gsb0, 0x1``.
 """
@@ -399,7 +399,9 @@ def test_in_flight_mainloop_compiles_to_hgmma_with_one_group_pending(tmp_path):
     assert sass.count("WARPGROUP.ARRIVE") == 1
 
 
-def test_emulated_quickstart_gemm_with_a_group_in_flight_matches_torch():
+@pytest.mark.parametrize("loads", [CP_ASYNC, None], ids=["cp.async", "tma"])
+def test_emulated_quickstart_gemm_with_a_group_in_flight_matches_torch(loads):
+    # tma (the default): the loads are TMA boxes issued by a producer warpgroup, handed over on mbarriers
     import torch
 
     from tilelang_core.quickstart import matmul_relu
@@ -408,8 +410,9 @@ def test_emulated_quickstart_gemm_with_a_group_in_flight_matches_torch():
     a = torch.randn(100, 96, generator=g).to(torch.bfloat16)
     b = torch.randn(96, 72, generator=g).to(torch.bfloat16)
     args = (100, 72, 96, 64, 64, 32, 3, 128, "bfloat16")
-    text = cuda_codegen.lower(matmul_relu.get_program(*args), arch="sm_90a", options=resolve(CP_ASYNC))["main"].script()
+    text = cuda_codegen.lower(matmul_relu.get_program(*args), arch="sm_90a", options=resolve(loads))["main"].script()
     assert "tl::wgmma_gemm_ss<64, 64, 32, 1, 1, 64, 0, 0, 64, 128, 1>" in text and "tl::wgmma_drain<32>" in text
-    out, = emulate(matmul_relu, args, {}, [a, b], arch="sm_90a", pass_configs=CP_ASYNC)
+    assert ("tl::tma_load_2d" in text) == (loads is None)
+    out, = emulate(matmul_relu, args, {}, [a, b], arch="sm_90a", pass_configs=loads)
     ref = torch.relu(a.double() @ b.double())
     assert is_close_fraction(out, ref, 2e-2, 1e-1) == 0.0, float((out.double() - ref).abs().max())
