@@ -36,10 +36,11 @@ before in the threads that released it before what comes after in the threads th
 keeps its last write (thread, clock) and the reads since; an access by another thread that is not ordered after
 them is a race. A wgmma (or mma.sync) read must be ordered after the write for every thread of its group, and it
 is ordered before a later write once one lane of each reading warp is (the warp-synchronous ``wait_group`` retires
-the whole warp's reads: ws_loop's release by lane 0 of each warp). Not modelled: a wgmma group left in flight
-(``PENDING = 1``) reading a stage after the call returns (every wgmma completes when issued, so the release of a
-stage is checked against the issue, not the retirement, of the group reading it), shuffles as memory ordering
-(they order nothing here, as on the GPU), TMA stores and the fused pipelined mma.sync mainloop
+the whole warp's reads: ws_loop's release by lane 0 of each warp). A wgmma group left in flight (``PENDING = 1``)
+computes its accumulators when issued, but its shared reads last until a ``wait_group`` retires it (the
+warpgroup's next wgmma, or each thread's ``tl::wgmma_drain``): a write to those bytes before then is a race. Not
+modelled: shuffles as memory ordering (they order nothing here, as on the GPU), TMA stores and the fused
+pipelined mma.sync mainloop
 (``tl::pipe_gemm_step``). Anything it does not know (an extern template, an intrinsic) raises
 ``NotImplementedError``: it never guesses.
 
@@ -65,6 +66,7 @@ from tilelang_core.language._ir import dtype_of
 
 WARP = 32
 POISON = 0xFF  # fresh shared and local memory: NaN for every float type, -1 for integers
+IN_FLIGHT = np.iinfo(np.int32).max  # the read clock of a wgmma group not retired yet: after every clock
 
 _NP = {"float32": np.float32, "float16": np.float16, "float64": np.float64, "bfloat16": np.float32,
        "int8": np.int64, "int16": np.int64, "int32": np.int64, "int64": np.int64, "uint8": np.int64,
@@ -237,6 +239,22 @@ class _Block:
         self.mbars: dict[tuple[int, int], _Mbar] = {}
         self.sched: _Scheduler | None = None
         self.regs: dict[int, int] = {}  # setmaxnreg: registers per thread of each warpgroup that asked
+        # the shared bytes each warpgroup's wgmma group left in flight (PENDING = 1) still reads, and the lanes that
+        # have not retired it yet (a wait_group: the next wgmma, tl::wgmma_drain)
+        self.in_flight: dict[int, list[tuple[_Storage, np.ndarray, set[int]]]] = {}
+
+    def retire(self, group: int, lanes: list[int]) -> None:
+        """``lanes`` of warpgroup ``group`` wait for its wgmma group in flight: its reads are done at their clocks."""
+        keep = []
+        for st, nbytes, left in self.in_flight.pop(group, []):
+            mine = np.asarray(sorted(left.intersection(lanes)), dtype=np.int64)
+            if len(mine):
+                st.avc[nbytes[:, None], mine[None, :]] = self.vc[mine, mine][None, :]
+                left.difference_update(mine.tolist())
+            if left:
+                keep.append((st, nbytes, left))
+        if keep:
+            self.in_flight[group] = keep
 
     def release(self, tids: Any) -> None:
         """A barrier of ``tids``: each leaves having seen what all of them did before it."""
@@ -599,7 +617,10 @@ class Emulator:
             yield ("wgmma", (m[2] if m[1] == "wgmma_gemm" else f"mma_{m[2]}", params), ptrs)
             return
         if re.fullmatch(r"tl::wgmma_drain<\d+>", fname):
-            return  # the emulated wgmma wrote its accumulators when issued; the drain's x + -0.0 changes nothing
+            # the emulated wgmma wrote its accumulators when issued (the drain's x + -0.0 changes nothing); its
+            # wait_group 0 retires this thread's share of its warpgroup's group in flight
+            th.block.retire(th.tid // 128, [th.tid])
+            return
         # an L2 eviction hint (T.copy eviction_policy) changes no value: the copies without it
         fname = re.sub(r"^(tl::cp_async_16(?:_zfill)?)_hint<\d>$", r"\1", fname)
         if fname in ("tl::cp_async_16", "tl::cp_async_16_zfill"):
@@ -917,6 +938,8 @@ class Emulator:
         else:
             M, N, K, wg_m, _nc, tb, swb = params[:7]
             wg_n, ta, swa = 1, 0, 0
+        # PENDING: the group stays in flight after the call (wait_group 1 retires the one before it)
+        pending = not mma and len(params) > (10 if form == "ss" else 7) and params[10 if form == "ss" else 7] == 1
         group = 32 if mma else 128
         threads = wg_m * wg_n * group
         if tids[-1] >= threads:
@@ -947,6 +970,8 @@ class Emulator:
                     row, col = alay.element_of(t, r)
                     a[row, col] = self._raw_load(_Thread(_Block(), t, {}), pb, r)[0]
         g = np.asarray(tids, dtype=np.int64)
+        if not mma:  # this call's wait_group (1 or 0) retires the group left in flight before it
+            block.retire(tids[0] // 128, tids)
         seen = block.vc[g].min(axis=0)  # what every thread of the group has synchronised with
         for st, nbytes in reads:
             if st.inflight is not None and (st.inflight[nbytes] >= 0).any():
@@ -962,7 +987,11 @@ class Emulator:
                     self.problem(f"shared-memory race on {st.name}: the wgmma of threads {tids[0]}..{tids[-1]} reads "
                                  f"bytes written by thread {int(w[some][late][0])} that no barrier (or mbarrier phase) "
                                  "orders before every thread of the group (nor, so, before the async proxy)")
-                st.avc[nbytes[:, None], g[None, :]] = block.vc[g, g][None, :]
+                if pending:  # read until retired: no clock orders a write after it yet
+                    st.avc[nbytes[:, None], g[None, :]] = IN_FLIGHT
+                    block.in_flight.setdefault(tids[0] // 128, []).append((st, nbytes, set(tids)))
+                else:
+                    st.avc[nbytes[:, None], g[None, :]] = block.vc[g, g][None, :]
         prod = a.astype(np.float32) @ b.astype(np.float32)
         clay = (FragmentLayout.mma if mma else FragmentLayout.wgmma)((M, N), threads, wg_m, wg_n)
         for t, tok in zip(tids, tokens):

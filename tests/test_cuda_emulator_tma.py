@@ -7,8 +7,9 @@
   warpgroups;
 * catches: consumers that never release a stage (a deadlock, reported with what every thread waits on), a
   producer waiting on the wrong phase of a release barrier or not waiting at all (its TMA load races with the
-  wgmma reading the stage), consumers waiting on the wrong phase (they read a stage before its load lands), and
-  a tensor map whose swizzle is not the one the wgmma descriptors read (wrong numbers).
+  wgmma reading the stage), consumers releasing a stage their wgmma group in flight still reads, consumers
+  waiting on the wrong phase (they read a stage before its load lands), and a tensor map whose swizzle is not the
+  one the wgmma descriptors read (wrong numbers).
 
 The emulator is pure Python: one or two blocks of small problems per test.
 """
@@ -27,7 +28,7 @@ import tvm_ffi
 from tvm import tirx
 
 from tilelang_core.quickstart import matmul_relu
-from tilelang_core.transform.cuda.common import extern_name
+from tilelang_core.transform.cuda.common import extern_name, substitute
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))
@@ -158,6 +159,32 @@ def test_emulator_reports_a_tma_load_into_a_stage_not_yet_released():
     # without its wait on the release barrier the producer reloads stage 0 before (or while) the consumers read it
     with pytest.raises(EmulationError, match="race"):
         _gemm(SMALL, edit=lambda f: _waits(f, "tma_empty", lambda _call: tirx.Evaluate(tirx.IntImm("int32", 0))))
+
+
+def _release_the_stage_in_flight(func: Any) -> Any:
+    """The consumers' release at step k of stage k (its wgmma group still in flight) instead of stage k - 1 (the
+    group step k's wait_group 1 has just retired)."""
+    loops: list[Any] = []
+    tvm_ffi.structural_map(func.body, [(tirx.For, lambda x: loops.append(x) or x)])
+    k = next(x.loop_var for x in loops if x.loop_var.name == "k")
+
+    def visit(x: Any) -> Any:
+        then = x.then_case
+        if isinstance(then, tirx.Evaluate) and isinstance(then.value, tvm.ir.Call) and \
+                extern_name(then.value) == "tl::mbar_arrive" and isinstance(x.condition, tirx.And):
+            return tirx.IfThenElse(x.condition.b, substitute(then, {k: k + 1}), None)  # k >= 1 dropped
+        return x
+
+    return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.IfThenElse, visit)]))
+
+
+def test_emulator_reports_a_stage_released_while_its_wgmma_group_is_in_flight():
+    # the producer's TMA load of tile 3 into stage 0 comes after step 0's release but before the wait_group of
+    # step 1 retires the group reading stage 0
+    text, _, _ = _gemm(SMALL)
+    assert "tl::wgmma_gemm_ss<64, 64, 32, 1, 1, 64, 0, 0, 64, 128, 1>" in text  # one group left in flight
+    with pytest.raises(EmulationError, match="the TMA load of thread 128 overwrites what a wgmma of warp 0 read"):
+        _gemm(SMALL, edit=_release_the_stage_in_flight)
 
 
 def test_emulator_shows_a_tensor_map_swizzle_the_wgmma_reader_does_not_expect():
