@@ -137,10 +137,21 @@ def test_an_epilogue_that_cannot_take_tma_stores_keeps_register_stores_and_says_
     assert any("keeps register stores, not TMA stores" in n and "not a multiple of 16" in n
                for n in _notes(ragged)), _notes(ragged)
     assert "tma_store" not in ragged.script()
-    # warp-specialised 192 x 256 tiles in four stages fill 224 KiB: not even one 24 KiB slab fits beside them
-    full = _lowered((768, 1024, 512, 192, 256, 64, False, False, 4, 384, "float16"), ON)["tl.TmaStoreCUDA"]
+    # warp-specialised persistent 192 x 256 tiles in four stages fill 224 KiB, and the next tile's loads run
+    # during this tile's epilogue: not even one 24 KiB slab fits beside them
+    full = _lowered((4096, 4096, 512, 192, 256, 64, False, False, 4, 384, "float16"), ON)["tl.TmaStoreCUDA"]
     assert any("does not fit in shared memory" in n for n in _notes(full)), _notes(full)
     assert "tl.tma_maps" not in full.attrs or '"store"' not in str(full.attrs["tl.tma_maps"])
+
+
+def test_a_warp_specialised_kernel_that_is_not_persistent_stages_its_store_in_the_loops_bytes():
+    # one tile per block: once the consumers' loop is over every stage has landed and been read, so the slab may
+    # reuse the stages' bytes (tl.LowerSharedMemoryCUDA scans the consumers' part of the split)
+    args = (768, 1024, 512, 192, 256, 64, False, False, 4, 384, "float16")
+    on, off = _lowered(args, ON), _lowered(args)
+    assert '"store": true' in str(on["tl.TmaStoreCUDA"].attrs["tl.tma_maps"]), _notes(on["tl.TmaStoreCUDA"])
+    smem = "tl.dyn_smem_bytes"
+    assert int(on["tl.LowerSharedMemoryCUDA"].attrs[smem]) == int(off["tl.LowerSharedMemoryCUDA"].attrs[smem])
 
 
 def test_an_epilogue_cast_into_a_second_fragment_goes_out_from_that_fragment():

@@ -448,6 +448,9 @@ def test_register_split_fills_the_register_file_and_skips_one_consumer_warpgroup
     assert wsc.register_split(256) == (40, 232)
     prod, cons = wsc.register_split(384)
     assert prod * 128 + cons * 384 <= 65536 and cons % 8 == 0 and cons > 65536 // 512
+    # a consumer body of two gemms and the softmax (attention): the producer keeps the minimum, FA3's 24 / 240
+    assert wsc.register_split(256, general=True) == (24, 240)
+    assert wsc.register_split(128, general=True) is None
 
 
 def test_setmaxnreg_can_be_switched_off():

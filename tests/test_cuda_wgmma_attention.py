@@ -18,6 +18,7 @@ The results on a GPU are checked by the GPU suite (tests/gpu/test_kernels.py's a
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -102,16 +103,19 @@ def test_emulated_mma_sync_flash_attention_matches_torch_on_a_ragged_causal_prob
     assert is_close_fraction(out, ref, 2e-2, 2e-2) == 0.0, float((out.double() - ref).abs().max())
 
 
-def test_emulated_sm90a_flash_attention_matches_torch_on_a_ragged_causal_problem():
+@pytest.mark.parametrize("loads", [{"tl.disable_tma_lower": True}, None], ids=["cp.async", "tma"])
+def test_emulated_sm90a_flash_attention_matches_torch_on_a_ragged_causal_problem(loads):
     # 100 rows: two query blocks, the second ragged; causal: the first block sees one K/V tile, the second two
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(1, 100, 1, 32, generator=g).to(torch.bfloat16) for _ in range(3))
     kwargs = {"block_M": 64, "block_N": 64, "num_stages": 2, "threads": 128, "dtype": "bfloat16"}
     notes, text = _lower((1, 1, 100, 32, True), kwargs)
     assert notes == [] and "tl::wgmma_gemm_rs" in text
-    # with the causal mask tested only on the diagonal tiles (tl.SplitMaskedIterations, opt-in on CUDA)
+    # the causal mask tested only on the diagonal tiles (tl.SplitMaskedIterations); the K/V loads as cp.async, or
+    # (the default) as 4-D TMA boxes a producer warpgroup issues, handed over on mbarriers (two consumer
+    # warpgroups: tests/test_cuda_emulator_tma.py)
     out, = emulate(flash_attention.flash_attention, (1, 1, 100, 32, True), kwargs, [q, k, v], arch="sm_90a",
-                   pass_configs={"tl.cuda.split_masked_iterations": True})
+                   pass_configs=loads)
     ref = flash_attention.reference(q.double(), k.double(), v.double(), True)
     assert is_close_fraction(out, ref, 2e-2, 2e-2) == 0.0, float((out.double() - ref).abs().max())
 
@@ -174,12 +178,94 @@ def test_flash_attention_keeps_mma_sync_when_wgmma_is_switched_off():
     assert notes80 == [] and "wgmma_gemm" not in text80 and "tl::gemm_rs" in text80
 
 
-def test_attention_loads_that_keep_cp_async_say_why_in_the_kernel_notes():
-    # K and V are [batch, seq, heads, dim] tensors: their wgmma tiles could take TMA, the 4-D maps are not built
-    func = flash_attention.flash_attention.get_program(1, 2, 256, 64, False, block_M=64, block_N=64, num_stages=2,
-                                                       dtype="float16")
+def test_attention_kv_loads_are_4d_tma_boxes_fed_by_a_producer_warpgroup():
+    # K and V are [batch, seq, heads, dim] tensors: a tile of one (batch, head) is a 4-D box of (atom, 1, rows, 1),
+    # so a ragged seq is zero-filled at its own edge; the loop (two gemms and the softmax) is warp-specialised
+    func = flash_attention.flash_attention.get_program(2, 4, 200, 128, True, block_M=128, block_N=128, num_stages=2,
+                                                       threads=256, dtype="float16", heads_kv=2)
     seen = {}
     cuda_codegen.lower(func, record=lambda name, f, _s: seen.__setitem__(name, f), arch="sm_90a",
                        options=resolve(None))
+    final = seen["tl.WarpSpecializeCUDA"]
+    maps = json.loads(str(final.attrs["tl.tma_maps"]))
+    assert [(m["param"], m["dims"], m["box"], m["swizzle"]) for m in maps] == [
+        ("K", [128, 2, 200, 2], [64, 1, 128, 1], 128), ("V", [128, 2, 200, 2], [64, 1, 128, 1], 128)]
+    text = str(final)
+    assert text.count("tl::tma_load_4d") == 4 and "cp_async" not in text  # 2 column blocks each of K and V
+    assert final.attrs["tl.cuda_launch"]["threads"] == 384  # 2 consumer warpgroups + the producer's
+    assert "tl::setmaxnreg_dec<24>" in text and "tl::setmaxnreg_inc<240>" in text
+    assert "__syncwarp" in text  # each warp is done with the stage before its lane 0 releases it
     notes = [str(n) for f in seen.values() if "tl.notes" in f.attrs for n in f.attrs["tl.notes"]]
-    assert any("keep cp.async, not TMA" in n and "K is not a 2-D tensor" in n for n in notes), notes
+    assert not any("cp.async, not TMA" in n or "not warp-specialised" in n for n in notes), notes
+
+
+def test_attention_tma_and_producer_warpgroup_switch_off_by_pass_configs():
+    func = flash_attention.flash_attention.get_program(1, 2, 256, 128, False, block_M=128, block_N=128,
+                                                       num_stages=2, threads=256, dtype="float16")
+    for pc, tma, ws in (({"tl.disable_warp_specialized": True}, True, False), ({"tl.disable_tma_lower": True},
+                                                                               False, False)):
+        stages: dict = {}
+        cuda_codegen.lower(func, record=lambda name, f, _s, out=stages: out.__setitem__(name, f), arch="sm_90a",
+                           options=resolve(pc))
+        text = str(stages["tl.WarpSpecializeCUDA"])
+        assert ("tl::tma_load_4d" in text) == tma and ("cp_async" in text) == (not tma)
+        assert ("setmaxnreg" in text or "named_barrier" in text) == ws
+
+
+def test_the_producer_warpgroup_computes_its_trip_count_and_reads_no_consumer_memory():
+    # the causal loop's trip count is a scalar the program stores before the loop (loop_range); the producer runs
+    # none of the statements before the loop, so reading that scalar would read an uninitialised register (on the
+    # H200: a producer looping a garbage number of times, a hung kernel); it recomputes the expression instead
+    import tvm
+    import tvm_ffi
+    from tvm import tirx
+
+    func = flash_attention.flash_attention.get_program(2, 4, 1000, 128, True, block_M=128, block_N=128,
+                                                       num_stages=2, threads=256, dtype="float16")
+    seen = {}
+    cuda_codegen.lower(func, record=lambda name, f, _s: seen.__setitem__(name, f), arch="sm_90a",
+                       options=resolve({"tl.cuda.pingpong": True}))
+    final = seen["tl.WarpSpecializeCUDA"]
+    split = []
+    tvm_ffi.structural_map(final.body, [(tirx.IfThenElse, lambda s: split.append(s) or s)])
+    split = [s for s in split if isinstance(s.condition, tirx.GE) and "threadIdx" in str(s.condition.a)]
+    assert len(split) == 1
+    producer, consumers = split[0].then_case, split[0].else_case
+    reads: list = []
+    tvm_ffi.structural_map(producer, [(tvm.ir.TensorLoad, lambda x: reads.append(x.source) or x)])
+    assert {b.name for b in reads if not b.scope().startswith("shared")} == set(), reads
+    loops: list = []
+    tvm_ffi.structural_map(producer, [(tirx.For, lambda x: loops.append(x) or x)])
+    trip = [lp.extent for lp in loops if lp.loop_var.name == "k_load"]
+    assert len(trip) == 1 and "loop_range" not in str(trip[0]) and "bx" in str(trip[0]), trip
+    # ping-pong: warpgroup 1 hands warpgroup 0 the first turn, warpgroup 0 takes the last one after the loop
+    text = str(consumers)
+    assert text.count("tl::pingpong_wait") == 2 and text.count("tl::pingpong_pass") == 2
+
+
+@pytest.mark.parametrize("dim, block_N, stages, threads, specialised", [
+    (128, 128, 2, 256, True),   # 160 KiB through the loop: one block per SM either way
+    (128, 64, 3, 256, True),
+    (128, 64, 2, 256, False),   # 96 KiB: two blocks per SM without the producer warpgroup's registers
+    (64, 128, 2, 256, False),
+    (128, 64, 2, 128, False),
+])
+def test_attention_takes_a_producer_warpgroup_only_where_it_costs_no_resident_block(dim, block_N, stages, threads,
+                                                                                    specialised):
+    # measured on the H200 (BENCHMARKS.md): a producer warpgroup fills the register file (one block per SM); where
+    # shared memory leaves room for two blocks, the TMA loop without it was 8-80 % faster
+    func = flash_attention.flash_attention.get_program(1, 2, 512, dim, False, block_M=128, block_N=block_N,
+                                                       num_stages=stages, threads=threads, dtype="float16")
+    seen = {}
+    cuda_codegen.lower(func, record=lambda name, f, _s: seen.__setitem__(name, f), arch="sm_90a",
+                       options=resolve(None))
+    final = seen["tl.WarpSpecializeCUDA"]
+    assert final.attrs["tl.cuda_launch"]["threads"] == threads + 128 * specialised
+    assert "tl::tma_load_4d" in str(final)
+    notes = [str(n) for f in seen.values() if "tl.notes" in f.attrs for n in f.attrs["tl.notes"]]
+    assert any("not warp-specialised" in n and "room for 2 blocks per SM" in n for n in notes) == (not specialised)
+    if not specialised:  # the tuner's (or the user's) override
+        forced = {}
+        cuda_codegen.lower(func, record=lambda name, f, _s: forced.__setitem__(name, f), arch="sm_90a",
+                           options=resolve({"tl.cuda.ws_keep_occupancy": False}))
+        assert forced["tl.WarpSpecializeCUDA"].attrs["tl.cuda_launch"]["threads"] == threads + 128

@@ -50,6 +50,8 @@ class PassConfigKey:
     TL_CUDA_SETMAXNREG = "tl.cuda.setmaxnreg"
     TL_CUDA_PERSISTENT = "tl.cuda.persistent"
     TL_CUDA_SPLIT_MASKED_ITERATIONS = "tl.cuda.split_masked_iterations"
+    TL_CUDA_PINGPONG = "tl.cuda.pingpong"
+    TL_CUDA_WS_KEEP_OCCUPANCY = "tl.cuda.ws_keep_occupancy"
     TL_CUDA_TMA_STORE = "tl.cuda.tma_store"
 
 
@@ -141,6 +143,12 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "True: the threads release each stage on an mbarrier once its wgmma has retired and the loading thread "
            "waits for that, instead of a __syncthreads in every k-step (measured 2-3% slower on the H200 for the "
            "quickstart GEMM, hence off by default: the loading thread's warp stalls on the release)"),
+    Option(K.TL_CUDA_WS_KEEP_OCCUPANCY, "bool", True, "CUDA sm_90a, a TMA loop whose body is more than one gemm "
+           "(attention): no producer warpgroup where shared memory leaves room for two or more blocks per SM (the "
+           "producer's registers would leave one); False warp-specialises it anyway"),
+    Option(K.TL_CUDA_PINGPONG, "bool", False, "CUDA sm_90a, a warp-specialised loop of two consumer warpgroups "
+           "whose body is more than one gemm (attention): the warpgroups take turns at their first wgmma T.gemm "
+           "(named barriers), so one's softmax runs under the other's gemms (FlashAttention-3's ping-pong)"),
     Option(K.TL_CUDA_SETMAXNREG, "bool", True, "CUDA sm_90a, a warp-specialised loop with two or more consumer "
            "warpgroups: the producer warpgroup gives registers to the consumers (setmaxnreg: 40 and 232 per thread "
            "for two); False keeps the launch's equal share"),

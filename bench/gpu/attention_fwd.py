@@ -1,14 +1,16 @@
 """Benchmark: the classic flash-attention forward (examples/flash_attention.py) at issue 16's shapes, fp16 and
-bf16, against torch SDPA and a Triton FlashAttention-2 kernel in the same run, with wgmma on and off.
+bf16, against torch SDPA and a Triton FlashAttention-2 kernel in the same run, with its schedules as variants.
 
 ``python bench/gpu/attention_fwd.py`` on the H200 (PYTHONPATH = the repo and TVM). For each shape ((8, 16, 4096,
 128) causal and not, (8, 32, 2048, 64)) and dtype it compiles the unchanged program through ``@jit(target="cuda")``
-(sm_90a: ``S = Q K^T`` on ``tl::wgmma_gemm_ss``, ``O += P V`` on ``tl::wgmma_gemm_rs`` with P from registers) for a
-few tile configs, and the same configs with ``pass_configs={"tl.cuda.wgmma": False}`` (mma.sync) when
-``--mma-too``; checks each against SDPA (max |error| printed; a kernel off by more than 2e-2 is not timed), and
-times it, SDPA (its backend printed) and Triton (``triton_attn.py``; fp16 only) with the clean-L2 timer of
-``run.py`` (the headline) and ``triton.testing.do_bench`` beside it. Ratios are reference time / ours (above 1:
-faster than the reference).
+(sm_90a: ``S = Q K^T`` on ``tl::wgmma_gemm_ss``, ``O += P V`` on ``tl::wgmma_gemm_rs`` with P from registers, K/V
+as TMA boxes fed by a producer warpgroup) for a few tile configs; with ``--mma-too`` also with
+``pass_configs={"tl.cuda.wgmma": False}`` (mma.sync); with ``--variants`` also with ping-pong
+(``tl.cuda.pingpong``), without the producer warpgroup (``tl.disable_warp_specialized``) and without TMA
+(``tl.disable_tma_lower``: cp.async). Each kernel is checked against SDPA (max |error| printed; one off by more
+than 2e-2 is not timed) and timed, with SDPA (its backend printed) and Triton (``triton_attn.py``; fp16 only), by
+the clean-L2 timer of ``run.py`` (the headline) and ``triton.testing.do_bench`` beside it. Ratios are reference
+time / ours (above 1: faster than the reference).
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ import tilelang_core as tilelang  # noqa: E402
 from examples.flash_attention import flash_attention, flops  # noqa: E402
 
 SHAPES: dict[tuple[int, int, int, int, bool], list[tuple[int, int, int, int]]] = {  # block M, N, stages, threads
-    (8, 16, 4096, 128, False): [(128, 64, 2, 256), (128, 128, 2, 256), (128, 64, 2, 128), (64, 64, 2, 128)],
-    (8, 16, 4096, 128, True): [(128, 64, 2, 256), (128, 128, 2, 256), (128, 64, 2, 128)],
+    (8, 16, 4096, 128, False): [(128, 64, 2, 256), (128, 128, 2, 256), (128, 64, 3, 256), (128, 64, 2, 128)],
+    (8, 16, 4096, 128, True): [(128, 64, 2, 256), (128, 128, 2, 256), (128, 64, 3, 256)],
     (8, 32, 2048, 64, False): [(128, 64, 2, 256), (128, 128, 2, 256), (128, 128, 2, 128), (64, 128, 2, 128)],
 }
 
@@ -80,15 +82,20 @@ def bench_shape(dt: str, key: tuple[int, int, int, int, bool], cfgs: list[tuple[
         t_tri = bench_ms_clean(lambda: tri(qt, kt, vt, causal, out=ot), rep=args.rep)
         line += f"  Triton FA2: {t_tri * 1e3:.1f} us clean ({fl / t_tri / 1e9:.0f} TF/s)"
     print(line, flush=True)
-    runs = [(c, True) for c in cfgs] + ([(c, False) for c in cfgs] if args.mma_too else [])
-    for (bm, bn, st, th), wg in runs:
-        label = f"{bm}x{bn} s{st} t{th}" + ("" if wg else " wgmma off")
+    variants: list[tuple[str, dict | None]] = [("", None)]
+    if args.mma_too:
+        variants.append((" wgmma off", {"tl.cuda.wgmma": False}))
+    if args.variants:  # what each of the TMA loads and the producer warpgroup is worth
+        variants += [(" pingpong", {"tl.cuda.pingpong": True}), (" no WS", {"tl.disable_warp_specialized": True}),
+                     (" cp.async", {"tl.disable_tma_lower": True})]
+    runs = [(c, v) for v in variants for c in cfgs]
+    for (bm, bn, st, th), (suffix, pcfg) in runs:
+        label = f"{bm}x{bn} s{st} t{th}{suffix}"
         t0 = time.perf_counter()
         try:
             prog = flash_attention.get_program(B, H, S, D, causal, block_M=bm, block_N=bn, num_stages=st,
                                                threads=th, dtype=dt, accum_dtype="float32")
-            kern = tilelang.compile(prog, target="cuda",
-                                    pass_configs=None if wg else {"tl.cuda.wgmma": False})
+            kern = tilelang.compile(prog, target="cuda", pass_configs=pcfg)
         except Exception as ex:  # noqa: BLE001 - a config that does not build is reported, not fatal
             print(f"  {label:24s} build failed: {type(ex).__name__}: {str(ex)[:300]}", flush=True)
             continue
@@ -112,6 +119,8 @@ def main() -> None:
     ap.add_argument("--dtypes", nargs="*", default=["float16", "bfloat16"])
     ap.add_argument("--rep", type=int, default=30)
     ap.add_argument("--mma-too", action="store_true", help="also time each config with tl.cuda.wgmma off")
+    ap.add_argument("--variants", action="store_true",
+                    help="also time each config with ping-pong, without the producer warpgroup, and with cp.async")
     ap.add_argument("--no-triton", action="store_true")
     ap.add_argument("--only", nargs="*", default=None, help="shape indices (0, 1, 2) to run")
     args = ap.parse_args()

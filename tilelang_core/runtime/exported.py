@@ -267,12 +267,16 @@ def encode_tensor_map(spec: dict[str, Any], address: int) -> bytes:
                 32: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
                 64: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
                 128: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}
-    inner, outer = (int(d) for d in spec["dims"])
+    dims = [int(d) for d in spec["dims"]]  # innermost first; the tensor is contiguous (checked at the call)
     es = TMA_ELEMENT_BYTES[spec["dtype"]]
+    strides, step = [], es
+    for d in dims[:-1]:  # the byte stride of every dimension but the innermost
+        step *= d
+        strides.append(step)
     err, tmap = driver.cuTensorMapEncodeTiled(
-        dtypes[spec["dtype"]], 2, address, [driver.cuuint64_t(inner), driver.cuuint64_t(outer)],
-        [driver.cuuint64_t(inner * es)], [driver.cuuint32_t(int(b)) for b in spec["box"]],
-        [driver.cuuint32_t(1), driver.cuuint32_t(1)], driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        dtypes[spec["dtype"]], len(dims), address, [driver.cuuint64_t(d) for d in dims],
+        [driver.cuuint64_t(x) for x in strides], [driver.cuuint32_t(int(b)) for b in spec["box"]],
+        [driver.cuuint32_t(1)] * len(dims), driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         swizzles[int(spec["swizzle"])], driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
     if err != driver.CUresult.CUDA_SUCCESS:

@@ -7,9 +7,11 @@ statements of the block's body that touch the tile (a whole loop counts as one s
 pipelined loop uses lives through all of it), placement is first-fit, and a ``__syncthreads()`` is inserted
 between the last use of one tile and the first use of a tile that reuses its bytes, unless one is already there.
 That is what lets flash attention's output staging tile reuse the Q / K / V tiles (128×64 tiles with 128 threads:
-128 → 96 KiB, two blocks per SM instead of one). (TVM's own merging pass reuses memory by liveness too, but it
-cannot see the pointers our gemm and copy templates take; here every template argument is an ``address_of`` a
-tile element, which the lifetime scan sees.) Each tile becomes a flat view of that array; accesses are
+128 → 96 KiB, two blocks per SM instead of one). In a warp-specialised kernel the consumers' statements of the split
+are scanned as the block's (the producer's tiles live from the split to the consumers' last use of them; the
+barriers it adds there become the consumers' named barrier). (TVM's own merging pass reuses memory by liveness
+too, but it cannot see the pointers our gemm and copy templates take; here every template argument is an
+``address_of`` a tile element, which the lifetime scan sees.) Each tile becomes a flat view of that array; accesses are
 rewritten to the physical offset: leading (pipeline stage) dimensions select a slab, and inside a slab of a
 swizzled tile the XOR swizzle of ``cuda.layouts.swizzle_expr`` applies — the same function the tensor-core
 gemm template uses to find its operands; a tile in a wgmma layout (``cuda.layouts.wgmma_offset_expr``) is
@@ -167,6 +169,29 @@ def _block_body(body: Any) -> Any:
     return found[0].body if len(found) == 1 else None
 
 
+WS_SPLIT = "tl.ws_split"  # sm90/warp_specialize's attribute: Seq[producer part, consumer part]
+
+
+def _ws_split_at(stmts: list[Any]) -> int | None:
+    return next((n for n, x in enumerate(stmts) if isinstance(x, tirx.AttrStmt) and str(x.attr_key) == WS_SPLIT),
+                None)
+
+
+def _scanned(blk: Any) -> tuple[list[Any], int | None, int, Any]:
+    """The statements whose spans are lifetimes: the block body's top level, with a warp-specialised split (the
+    producer warpgroup beside the consumers) replaced by the consumers' own statements, so the consumers' tiles
+    can share bytes as the unspecialised kernel's do. Also: where the consumers' statements start (None without a
+    split), how many there are, and the producer part (its tiles live from the split's start to the consumers'
+    last use of them: its loads run alongside the consumers' loop)."""
+    stmts = _flatten(blk)
+    at = _ws_split_at(stmts)
+    if at is None:
+        return stmts, None, 0, None
+    producer, consumer = stmts[at].body.seq
+    inner = _flatten(consumer.body)
+    return [*stmts[:at], *inner, *stmts[at + 1:]], at, len(inner), producer
+
+
 def _flatten(s: Any) -> list[Any]:
     if isinstance(s, tirx.SeqStmt):
         out: list[Any] = []
@@ -207,7 +232,7 @@ def _plan_reuse(body: Any, shared: list[Any], sizes: list[int],
     blk = _block_body(body)
     if blk is None:
         return None
-    stmts = _flatten(blk)
+    stmts, split_at, _, producer = _scanned(blk)
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     syncs: list[int] = []
@@ -227,6 +252,10 @@ def _plan_reuse(body: Any, shared: list[Any], sizes: list[int],
         for i in touched:
             first.setdefault(i, n)
             last[i] = n
+    if producer is not None:  # the producer's TMA loads write its tiles from the split on (its loop: no cp.async)
+        for i in _touched(producer, shared):
+            first[i] = min(first.get(i, split_at), split_at)
+            last[i] = max(last.get(i, split_at), split_at)
     span = {i: (first.get(i, 0), last.get(i, len(stmts))) for i in range(len(shared))}
     placed: list[int] = []
     offsets = [0] * len(shared)
@@ -264,14 +293,25 @@ def _insert_barriers(body: Any, barriers: set[tuple[int, int, bool]]) -> Any:
         tb = f.thread_binding
         if tb is None or str(tb.thread_tag) != "threadIdx.x":
             return f
-        stmts = _flatten(f.body)
-        out: list[Any] = []
+        stmts, split_at, count, _ = _scanned(f.body)
+        parts: dict[str, list[Any]] = {"before": [], "consumers": [], "after": []}
         for n, st in enumerate(stmts):
+            part = "before" if split_at is None or n < split_at else \
+                "consumers" if n < split_at + count else "after"
             if n in drain:
-                out.append(extern("tl::cp_async_wait<0>"))
-            if n in before:
-                out.append(sync_stmt())
-            out.append(st)
+                parts[part].append(extern("tl::cp_async_wait<0>"))
+            if n in before:  # in the consumers' part: tl.WarpSpecializeCUDA makes it their named barrier
+                parts[part].append(sync_stmt())
+            parts[part].append(st)
+        out = parts["before"]
+        if split_at is not None:  # the consumers' statements back into their part of the split
+            split = _flatten(f.body)[split_at]
+            producer, consumer = split.body.seq
+            inner = parts["consumers"]
+            consumer = tirx.AttrStmt(consumer.node, str(consumer.attr_key), consumer.value,
+                                     tirx.SeqStmt(inner) if len(inner) > 1 else inner[0])
+            out = [*out, tirx.AttrStmt(split.node, WS_SPLIT, split.value, tirx.SeqStmt([producer, consumer]),
+                                       span=split.span), *parts["after"]]
         return tirx.For(f.loop_var, f.min, f.extent, f.kind, tirx.SeqStmt(out), f.thread_binding, f.annotations,
                         f.step, f.span)
 

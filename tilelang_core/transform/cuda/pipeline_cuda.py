@@ -250,6 +250,8 @@ class PipelineCUDA(Rewriter):
         self.fused_notes: list[str] = []  # why an mma T.gemm's pipelined loop skips tl::pipe_gemm_step (tl.notes)
         self.ws_loop_var, self.ws_where = _ws_candidate(func)  # the loop that may be warp-specialised, or why none
         self.ws_applied = False
+        self.ws_extent: Any = None  # the warp-specialised loop's trip count as its producer computes it
+        self.ws_producers: list[Any] = []  # its loads, with the scalars set before the loop inlined
         loop = _thread_loop(func)
         self.body = loop.body if loop is not None else func.body  # what the thread loop's statements bind
 
@@ -332,9 +334,10 @@ class PipelineCUDA(Rewriter):
         if copies is not None:
             single_gemm = len(consumers) == 1 and isinstance(consumers[0], tirx.Evaluate) and \
                 tile_op_name(consumers[0]) == "tl.gemm" and self._is_wgmma(consumers[0])
-            ws_why = self._ws_why(s, single_gemm, producers, k)
+            ws_why = self._ws_why(s, single_gemm, producers, k, consumers)
             if ws_why is None:
-                return self._warp_specialized(s, k, k0, n, stages, producers, copies, remap, consumers[0], in_flight)
+                return self._warp_specialized(s, k, k0, n, stages, producers, copies, remap, consumers, in_flight,
+                                              general=not single_gemm)
             if ws_why:
                 self.fused_notes.append(f"{_line(s)}T.Pipelined loop is not warp-specialised: {ws_why}")
             release = None
@@ -404,13 +407,21 @@ class PipelineCUDA(Rewriter):
         loop = tirx.For(k, s.min, n, tirx.ForKind.SERIAL, loop_body, None, ann or None, None, s.span)
         return seq([*prologue, loop, *epilogue], s.span)
 
-    def _ws_why(self, s: Any, single_gemm: bool, producers: list[Any], k: Any) -> str | None:
+    def _ws_why(self, s: Any, single_gemm: bool, producers: list[Any], k: Any, consumers: list[Any]) -> str | None:
         """None when the TMA loop ``s`` becomes a producer warpgroup plus consumers; else why not ("" when
-        switched off by pass_configs: nothing to report)."""
+        switched off by pass_configs: nothing to report). A body of more than one wgmma ``T.gemm`` (attention:
+        the scores' gemm, the softmax, the output's gemm) is warp-specialised when its gemms are all wgmma."""
         if self.options[PassConfigKey.TL_DISABLE_WARP_SPECIALIZED]:
             return ""
         if not single_gemm:
-            return "its body is more than the T.copy loads and one wgmma T.gemm"
+            gemms = _gemms_in(consumers)
+            if not gemms or not all(self._is_wgmma(g) for g in gemms):
+                return "its body has no wgmma T.gemm, or a T.gemm that keeps mma.sync"
+            blocks = self._blocks_by_smem(s) if self.options[PassConfigKey.TL_CUDA_WS_KEEP_OCCUPANCY] else 1
+            if blocks >= 2:
+                return (f"its shared memory leaves room for {blocks} blocks per SM, and a producer warpgroup's "
+                        "registers would leave room for one (larger tiles or more stages fill shared memory; "
+                        "pass_configs tl.cuda.ws_keep_occupancy=False specialises it anyway)")
         if self.ws_loop_var is None or not self.ws_loop_var.same_as(s.loop_var):
             return self.ws_where or "the loop is not a statement of the kernel's body"
         if not self.threads or self.threads % 128 or self.threads + ws.PRODUCER_THREADS > 1024:
@@ -419,6 +430,18 @@ class PipelineCUDA(Rewriter):
         stmts = _flatten(self.body)
         at = next((i for i, x in enumerate(stmts) if isinstance(x, tirx.For) and x.loop_var.same_as(s.loop_var)),
                   len(stmts))
+        # the producer runs none of the statements before the loop: a trip count the kernel stores in a scalar
+        # there (attention's loop_range) is recomputed from that scalar's expression
+        values = _scalars_before(stmts, at)
+        self.ws_extent = _inline_scalars(s.extent, values)
+        if _loads_in(self.ws_extent):
+            return "its trip count is read from memory the kernel writes before the loop"
+        # likewise the scalars the loads' coordinates read (a K/V offset set before the loop)
+        self.ws_producers = [_inline_scalars(p, values) for p in producers]
+        for p in self.ws_producers:
+            local = [ld.source for ld in _loads_in(p) if not is_global(ld.source)]
+            if local:
+                return f"the loads read {local[0].name}, which the kernel computes in memory before the loop"
         shared = [b.var for b in ws.shared_binds(stmts[:at])]  # computed by both warpgroups before the split
         bound = [v for v in ws.bound_in(self.body) if not v.same_as(k) and not any(v.same_as(b) for b in shared)]
         for p in producers:
@@ -427,10 +450,40 @@ class PipelineCUDA(Rewriter):
                     return f"the loads use {v.name}, which the kernel computes before the loop"
         return None
 
+    def _blocks_by_smem(self, s: Any) -> int:
+        """Blocks per SM the shared tiles used up to the end of the pipelined loop ``s`` leave room for (tiles
+        used only after it may reuse the loop's bytes: tl.LowerSharedMemoryCUDA)."""
+        stmts = _flatten(self.body)
+        at = next((i for i, x in enumerate(stmts) if isinstance(x, tirx.For) and x.loop_var.same_as(s.loop_var)),
+                  len(stmts) - 1)
+        seen: list[Any] = []
+        for x in stmts[:at + 1]:
+            for b in buffers_touched(x):
+                if is_shared(b) and not any(b.same_as(o) for o in seen):
+                    seen.append(b)
+        nbytes = 0
+        for b in (self.remap.get(o, o) for o in seen):
+            n = dtype_bytes(str(b.dtype))
+            for d in b.shape:
+                n *= int(d)
+            nbytes += -(-n // 1024) * 1024  # wgmma tiles sit on 1024-byte boundaries
+        return SMEM_PER_SM // (nbytes + SMEM_RESERVED_PER_BLOCK)
+
     def _warp_specialized(self, s: Any, k: Any, k0: Any, n: Any, stages: int, producers: list[Any],
-                          copies: list[tma.TmaCopy], remap: dict[Any, Any], gemm: Any, in_flight: Any) -> Any:
+                          copies: list[tma.TmaCopy], remap: dict[Any, Any], consumers: list[Any], in_flight: Any,
+                          general: bool = False) -> Any:
         base = tvm.ir.Var("ws_base", "int32")  # k-steps of the block's earlier tiles: 0 unless made persistent
-        cons = _with_stage(gemm, remap, tirx.floormod(k0 + base, stages))
+        staged = [_with_stage(c, remap, tirx.floormod(k0 + base, stages)) for c in consumers]
+        before, after_loop = [], []
+        if general and self.options[PassConfigKey.TL_CUDA_PINGPONG]:
+            turns = ws.pingpong(staged, self.tid, lambda c: isinstance(c, tirx.Evaluate) and
+                                tile_op_name(c) == "tl.gemm") if self.threads == 256 else None
+            if turns is None:
+                self.fused_notes.append(f"{_line(s)}T.Pipelined loop has no ping-pong: it needs two consumer "
+                                        "warpgroups (threads=256) and a T.gemm as a statement of the loop body")
+            else:
+                before, staged, after_loop = turns
+        cons = seq(staged)
         drain = None
         if in_flight is not None:
             cons = tirx.AttrStmt(tirx.IntImm("int32", 0), WGMMA_PENDING_ATTR, tirx.IntImm("int32", 1), cons,
@@ -438,9 +491,12 @@ class PipelineCUDA(Rewriter):
             c_loc, nregs = in_flight  # the drain belongs to the consumers (the producer has no accumulator)
             drain = extern(f"tl::wgmma_drain<{nregs}>", tirx.address_of(tirx.BufferLoad(c_loc,
                                                                                          [tirx.IntImm("int32", 0)])))
-        both, split = ws.ws_loop(s, k, k0, n, stages, producers, copies, remap, cons, self.tid, self.threads,
-                                 in_flight is not None, self.ana.simplify, base, drain)
-        self.ws_applied = (base, n)
+        if after_loop:
+            drain = seq([drain, *after_loop]) if drain is not None else seq(after_loop)
+        both, split = ws.ws_loop(s, k, k0, n, stages, self.ws_producers, copies, remap, cons, self.tid, self.threads,
+                                 in_flight is not None, self.ana.simplify, base, drain, general, before,
+                                 self.ws_extent)
+        self.ws_applied = (base, self.ws_extent)
         return seq([*both, split], s.span)
 
     def _tma_copies(self, producers: list[Any]) -> list[tma.TmaCopy] | None:
@@ -466,9 +522,9 @@ class PipelineCUDA(Rewriter):
         for (m, _), p in zip(plans, producers):
             if m not in self.tma_maps:
                 self.tma_maps.append(m)
-            rows, cols = m.box[1], int(Region.of(p.value.args[1]).extents[1])
+            rows, cols = (int(x) for x in Region.of(p.value.args[1]).extents)
             out.append(tma.TmaCopy(self.tma_maps.index(m), rows, cols, m.box[0],
-                                   rows * cols * dtype_bytes(m.dtype)))
+                                   rows * cols * dtype_bytes(m.dtype), m.rank))
         return out
 
     def _wgmma_in_flight(self, consumers: list[Any], remap: dict[Any, Any], stages: int) -> tuple | None:
@@ -559,6 +615,10 @@ def _thread_loop(func: Any) -> Any:
 
     tvm_ffi.structural_map(func.body, [(tirx.For, visit)])
     return found[0] if len(found) == 1 else None
+
+
+SMEM_PER_SM = 233472  # sm_90: 228 KiB of shared memory per SM ...
+SMEM_RESERVED_PER_BLOCK = 1024  # ... of which the driver keeps 1 KiB per resident block
 
 
 def _ws_candidate(func: Any) -> tuple[Any, str]:

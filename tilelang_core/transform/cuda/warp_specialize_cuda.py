@@ -33,14 +33,17 @@ REGISTER_FILE = 65536  # 32-bit registers of an SM, all of which one block of th
 PRODUCER_REGS = 40
 
 
-def register_split(consumers: int) -> tuple[int, int] | None:
+def register_split(consumers: int, general: bool = False) -> tuple[int, int] | None:
     """(producer, consumer) registers per thread after ``setmaxnreg`` for ``consumers`` consumer threads, or None
-    when the launch already gives every thread what it may have (one consumer warpgroup: 255 registers)."""
+    when the launch already gives every thread what it may have (one consumer warpgroup: 255 registers).
+    ``general``: the consumers run more than one gemm (attention: two accumulators and the softmax), so the
+    producer, whose loop only computes coordinates, keeps the 24-register minimum and the consumers get the rest
+    (240 each for two consumer warpgroups, as FlashAttention-3 splits them)."""
     total = consumers + PRODUCER_THREADS
     at_launch = min(255, REGISTER_FILE // total) // 8 * 8
     if consumers < 256:
         return None
-    producer = PRODUCER_REGS if consumers <= 256 else 24
+    producer = PRODUCER_REGS if consumers <= 256 and not general else 24
     consumer = min(256, (at_launch * total - producer * PRODUCER_THREADS) // consumers // 8 * 8)
     return (producer, consumer) if consumer > at_launch else None
 
@@ -68,10 +71,12 @@ def warp_specialize_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT) -> 
             return s
         threads = int(s.value)
         found.append(threads)
-        parts = {str(x.attr_key): x.body for x in s.body.seq if isinstance(x, tirx.AttrStmt)}
+        attrs = {str(x.attr_key): x for x in s.body.seq if isinstance(x, tirx.AttrStmt)}
+        parts = {key: x.body for key, x in attrs.items()}
+        general = bool(int(attrs[ATTR_PRODUCER].value))  # sm90/warp_specialize.ws_loop's mark
         producer = _retarget_syncs(parts[ATTR_PRODUCER], None)
         consumer = _retarget_syncs(parts[ATTR_CONSUMER], extern(f"tl::named_barrier_sync<1, {threads}>"))
-        regs = register_split(threads) if options[PassConfigKey.TL_CUDA_SETMAXNREG] else None
+        regs = register_split(threads, general) if options[PassConfigKey.TL_CUDA_SETMAXNREG] else None
         prod = [tirx.IfThenElse(tirx.EQ(tid, tirx.IntImm("int32", threads)), producer, None)]
         cons = [consumer]
         if regs is not None:

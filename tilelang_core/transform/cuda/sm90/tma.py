@@ -2,7 +2,7 @@
 
 Why: in the pipelined wgmma GEMM every thread spends issue slots and registers on ``cp.async`` (16 bytes each,
 with its own address arithmetic and zero-fill predicate) for every stage. Hopper's tensor memory accelerator moves
-a whole 2-D box of a tensor into shared memory from one instruction of one thread, in the same 128/64/32-byte
+a whole box of a tensor into shared memory from one instruction of one thread, in the same 128/64/32-byte
 swizzle that wgmma's shared-memory descriptors read (a wgmma-layout tile is stored as column blocks of one swizzle
 atom width, each exactly one TMA box), zero-filling the parts of the box outside the tensor, and completes on a
 shared-memory mbarrier that counts the bytes. So when every producer of a ``T.Pipelined`` loop copies a whole
@@ -49,15 +49,24 @@ MAX_BOX = 256  # a TMA box dimension holds at most 256 elements
 TMA_DTYPES = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
 
 
+MAX_RANK = 5  # cp.async.bulk.tensor takes 1-D to 5-D tensor maps
+
+
 @dataclass(frozen=True)
 class TmaMap:
-    """One tensor map: a 2-D global tensor parameter read in ``box`` = (inner, outer) element boxes."""
+    """One tensor map: a 2-D to 5-D global tensor parameter read in ``box``-sized element boxes. ``dims`` and
+    ``box`` list the dimensions innermost first (the reverse of the tensor's shape): for a 2-D tensor (columns,
+    rows); for a ``[batch, seq, heads, dim]`` tensor (dim, heads, seq, batch), with a box of (atom, 1, rows, 1)."""
 
     param: str  # the tensor parameter's name
     dtype: str
-    dims: tuple[int, int]  # (inner = columns, outer = rows) of the global tensor
-    box: tuple[int, int]  # (inner = one swizzle atom's width, outer = the tile's rows)
+    dims: tuple[int, ...]  # the global tensor's extents, innermost first
+    box: tuple[int, ...]  # innermost: one swizzle atom's width; the tile's row dimension: its rows; the rest 1
     swizzle: int  # bytes: 128, 64 or 32
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,7 @@ class TmaCopy:
     cols: int
     atom: int  # elements per column block (a swizzle atom's width)
     nbytes: int
+    rank: int = 2  # the map's rank (tl::tma_load_<rank>d)
 
 
 def plan_copy(copy: Any, swizzle: dict[Any, int]) -> tuple[TmaMap | None, str]:
@@ -83,20 +93,41 @@ def plan_copy(copy: Any, swizzle: dict[Any, int]) -> tuple[TmaMap | None, str]:
     if not is_wgmma_swizzle(code):
         return None, f"the shared tile {t.name} is not in a wgmma swizzled layout (only those tiles take TMA here)"
     gshape = [const_int(x) for x in g.shape]
-    if len(gshape) != 2 or None in gshape:
-        return None, f"{g.name} is not a 2-D tensor of constant shape (TMA here uses 2-D tensor maps)"
+    if not 2 <= len(gshape) <= MAX_RANK or None in gshape:
+        return None, f"{g.name} is not a 2-D to {MAX_RANK}-D tensor of constant shape (TMA's tensor maps)"
     tshape = [const_int(x) for x in t.shape]
-    if len(tshape) != 2 or [const_int(x) for x in src.extents] != tshape or [const_int(x) for x in dst.extents] \
-            != tshape:
+    if len(tshape) != 2 or [const_int(x) for x in dst.extents] != tshape:
         return None, f"the copy into {t.name} is not of one whole 2-D tile"
+    rows, cols = tshape
+    ext = [const_int(x) for x in src.extents]
+    outer = [d for d in range(len(ext) - 1) if ext[d] != 1]  # the source's dimensions other than its last, > 1
+    if ext[-1] != cols or len(outer) > 1 or (outer and ext[outer[0]] != rows) or (not outer and rows != 1):
+        return None, (f"the copy into {t.name} does not read a {rows}x{cols} tile of {g.name}'s last dimension and "
+                      f"one other (read: {'x'.join(map(str, ext))})")
+    row_dim = outer[0] if outer else len(ext) - 2
     es = dtype_bytes(dt)
     atom = (code - WGMMA_SWIZZLE_BASE) // es
-    rows, cols = tshape
     if rows > MAX_BOX or cols % atom:
         return None, f"the tile {t.name} ({rows}x{cols}) is not made of TMA boxes of {atom} x <= {MAX_BOX}"
-    if (gshape[1] * es) % 16:
-        return None, f"rows of {g.name} are {gshape[1] * es} bytes, not a multiple of 16 (TMA's stride unit)"
-    return TmaMap(g.name, dt, (gshape[1], gshape[0]), (atom, rows), code - WGMMA_SWIZZLE_BASE), ""
+    if (gshape[-1] * es) % 16:
+        return None, f"rows of {g.name} are {gshape[-1] * es} bytes, not a multiple of 16 (TMA's stride unit)"
+    box = [1] * len(gshape)
+    box[0], box[len(gshape) - 1 - row_dim] = atom, rows
+    return TmaMap(g.name, dt, tuple(reversed(gshape)), tuple(box), code - WGMMA_SWIZZLE_BASE), ""
+
+
+def box_loads(copy: TmaCopy, rank: int, src_mins: list[Any], tile: Any, stage: Any, bar: Any, simplify: Any,
+              span: Any) -> list[Any]:
+    """The TMA loads that fill ``tile[stage]`` (its column blocks, one box each) from the source region starting at
+    ``src_mins`` (the tensor's coordinates, outermost first) through map ``copy.map_index`` of rank ``rank``,
+    completing on the mbarrier at ``bar``."""
+    zero = tirx.IntImm("int32", 0)
+    out = []
+    for cb in range(copy.cols // copy.atom):
+        ptr = tirx.address_of(tirx.BufferLoad(tile, [stage, zero, tirx.IntImm("int32", cb * copy.atom)]))
+        coords = [simplify(src_mins[-1] + cb * copy.atom), *(simplify(m) for m in reversed(src_mins[:-1]))]
+        out.append(with_span(extern(f"tl::tma_load_{rank}d<{copy.map_index}>", ptr, bar, *coords), span))
+    return out
 
 
 def tma_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, dist: int, producers: list[Any],
@@ -123,12 +154,7 @@ def tma_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, dist: int, producers:
             span = p.span  # the user's T.copy line, kept on its TMA loads (source-line builds)
             p = substitute(p, {k: at_iter})
             src, dst = Region.of(p.value.args[0]), Region.of(p.value.args[1])
-            row0, col0 = src.mins
-            tile = remap[dst.buffer]
-            for cb in range(c.cols // c.atom):
-                ptr = tirx.address_of(tirx.BufferLoad(tile, [stage, zero, tirx.IntImm("int32", cb * c.atom)]))
-                out.append(with_span(extern(f"tl::tma_load_2d<{c.map_index}>", ptr, bar_ptr(stage),
-                                            simplify(col0 + cb * c.atom), simplify(row0)), span))
+            out += box_loads(c, c.rank, list(src.mins), remap[dst.buffer], stage, bar_ptr(stage), simplify, span)
         return seq(out)
 
     def empty_ptr(stage: Any) -> Any:

@@ -34,9 +34,9 @@ import tvm_ffi
 from tvm import tirx
 
 from ....language._ir import Region, dtype_of
-from ...common.rewriter import const_int, seq, with_span
+from ...common.rewriter import const_int, seq
 from ..common import extern, loads_in, substitute, sync_stmt
-from .tma import TmaCopy
+from .tma import TmaCopy, box_loads
 
 ATTR_SPLIT = "tl.ws_split"  # value: the consumer threads; body: Seq[producer attr, consumer attr]
 ATTR_PRODUCER = "tl.ws_producer"
@@ -48,11 +48,21 @@ SM_COUNT = {"sm_90": 132, "sm_90a": 132}  # H100 / H200 SXM: the blocks of a per
 
 def ws_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, producers: list[Any], copies: list[TmaCopy],
             remap: dict[Any, Any], consumer: Any, tid: Any, threads: int, in_flight: bool, simplify: Any,
-            base: Any, drain: Any = None) -> tuple[list[Any], Any]:
+            base: Any, drain: Any = None, general: bool = False,
+            before: list[Any] | None = None, n_producer: Any = None) -> tuple[list[Any], Any]:
     """(statements every thread runs first, the ``tl.ws_split`` attribute) for the loop ``s``; ``consumer`` is the
     consumer part of one iteration (the wgmma ``T.gemm`` on stage ``(base + k0) % stages``), ``drain`` what the
     consumers run after the loop. ``base``: the k-steps of earlier output tiles of this block (0 unless
-    :func:`persist` makes the block persistent), so stages and barrier phases run on across tiles."""
+    :func:`persist` makes the block persistent), so stages and barrier phases run on across tiles.
+
+    ``general``: the consumer part is any body (an attention step: two gemms and the softmax between them), not
+    one wgmma ``T.gemm``. Its reads of the stage may be any instructions, so each warp meets at ``__syncwarp``
+    before its lane 0 releases the stage; and the producer is marked (``tl.ws_producer`` = 1) for the register
+    split of :func:`register_split`'s ``general`` form.
+    ``before``: what the consumers run before their loop (the ping-pong's first turn). ``n_producer``: the trip
+    count as the producer computes it (``n`` with the scalars the consumers set before the loop inlined; the
+    producer runs none of those statements)."""
+    n_producer = n if n_producer is None else n_producer
     full = tirx.decl_buffer((stages,), "uint64", "tma_bar", scope="shared")
     empty = tirx.decl_buffer((stages,), "uint64", "tma_empty", scope="shared")
     stage_bytes = sum(c.nbytes for c in copies)
@@ -80,20 +90,15 @@ def ws_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, producers: list[Any], 
     stage = simplify(tirx.floormod(g, stages))
     body = []
     free = extern("tl::mbar_wait", ptr(empty, stage), parity(tirx.floordiv(g, stages) + 1))
-    if const_int(base) != 0 or const_int(n) is None or const_int(n) > stages:
+    if const_int(base) != 0 or const_int(n_producer) is None or const_int(n_producer) > stages:
         body.append(tirx.IfThenElse(simplify(tirx.GE(g, stages)), free, None))
     body.append(extern("tl::mbar_expect_tx", ptr(full, stage), tirx.IntImm("uint32", stage_bytes)))
     for p, c in zip(producers, copies):
         span = p.span  # the user's T.copy line, kept on its TMA loads (source-line builds)
         p = substitute(p, {k: kp})
         src, dst = Region.of(p.value.args[0]), Region.of(p.value.args[1])
-        row0, col0 = src.mins
-        tile = remap[dst.buffer]
-        for cb in range(c.cols // c.atom):
-            dst_ptr = tirx.address_of(tirx.BufferLoad(tile, [stage, zero, tirx.IntImm("int32", cb * c.atom)]))
-            body.append(with_span(extern(f"tl::tma_load_2d<{c.map_index}>", dst_ptr, ptr(full, stage),
-                                         simplify(col0 + cb * c.atom), simplify(row0)), span))
-    producer = tirx.For(kp, s.min, n, tirx.ForKind.SERIAL, seq(body), None, None, None, s.span)
+        body += box_loads(c, c.rank, list(src.mins), remap[dst.buffer], stage, ptr(full, stage), simplify, span)
+    producer = tirx.For(kp, s.min, n_producer, tirx.ForKind.SERIAL, seq(body), None, None, None, s.span)
 
     g = k0 + base
     cstage = simplify(tirx.floormod(g, stages))
@@ -109,11 +114,32 @@ def ws_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, producers: list[Any], 
             tirx.floormod(base + n - 1, stages)))), None))
     else:
         release = tirx.IfThenElse(lane0, extern("tl::mbar_arrive", ptr(empty, cstage)), None)
+        if general:  # every lane of the warp is done with the stage before lane 0 says so
+            release = seq([extern("__syncwarp"), release])
     loop = tirx.For(k, s.min, n, tirx.ForKind.SERIAL, seq([wait, consumer, release]), None, None, None, s.span)
     split = tirx.AttrStmt(zero, ATTR_SPLIT, tirx.IntImm("int32", threads), seq([
-        tirx.AttrStmt(zero, ATTR_PRODUCER, zero, producer),
-        tirx.AttrStmt(zero, ATTR_CONSUMER, zero, seq([loop, *after]))]), span=s.span)
+        tirx.AttrStmt(zero, ATTR_PRODUCER, tirx.IntImm("int32", int(general)), producer),
+        tirx.AttrStmt(zero, ATTR_CONSUMER, zero, seq([*(before or []), loop, *after]))]), span=s.span)
     return both, split
+
+
+def pingpong(consumers: list[Any], tid: Any, is_gemm: Any) -> tuple[list[Any], list[Any], list[Any]] | None:
+    """(before the loop, the iteration's statements, after the loop) with two consumer warpgroups taking turns at
+    the iteration's first ``T.gemm`` (``is_gemm``), or None when that gemm is not a statement of the body itself.
+
+    Warpgroup 0 goes first: warpgroup 1 passes it the turn before the loop, each passes it back after its gemm,
+    and warpgroup 0 takes the last pass after the loop, so every arrival at the two named barriers is matched."""
+    at = next((i for i, c in enumerate(consumers) if is_gemm(c)), None)
+    if at is None:
+        return None
+    wg = tirx.floordiv(tid, 128)
+    one = tirx.IntImm("int32", 1)
+    body = [extern("tl::pingpong_wait", wg), *consumers[:at + 1], extern("tl::pingpong_pass", wg),
+            *consumers[at + 1:]]
+    first = tirx.IfThenElse(tirx.EQ(wg, one), extern("tl::pingpong_pass", one), None)
+    last = tirx.IfThenElse(tirx.EQ(wg, tirx.IntImm("int32", 0)), extern("tl::pingpong_wait",
+                                                                        tirx.IntImm("int32", 0)), None)
+    return [first], body, [last]
 
 
 def _flatten(s: Any) -> list[Any]:
@@ -223,6 +249,9 @@ def persist(func: Any, base: Any, n: Any, ctas: int | None) -> tuple[Any, str]:
     names = [str(lp.thread_binding.thread_tag) for lp in loops]
     if ctas is None or tloop is None or None in grid or not 1 <= len(loops) <= 2 or names[0] != "blockIdx.x" or \
             (len(loops) == 2 and names[1] != "blockIdx.y"):
+        return plain, ""
+    if any(v.same_as(lp.loop_var) for v in free_vars(n) for lp in loops):
+        # base = t * n counts every earlier tile's k-steps only when all tiles have the same count (causal: not)
         return plain, ""
     gx = grid[0]
     tiles = gx * (grid[1] if len(grid) == 2 else 1)
