@@ -13,8 +13,9 @@ together), A and B read from the shared tiles through the wgmma swizzled layouts
 the threads' registers in the ``wgmma`` layout for the register-A form), the accumulators in the ``wgmma`` layout.
 
 Threads diverge (warp specialisation): each runs until it must wait — at ``__syncthreads`` (every thread that has
-not exited), a named barrier ``tl::named_barrier_sync<id, count>``, ``__syncwarp``, a warp shuffle (the warp's 32
-lanes), a wgmma (its warpgroup) or ``tl::mbar_wait`` — and the next runnable thread runs (:class:`_Scheduler`);
+not exited), a named barrier ``tl::named_barrier_sync<id, count>`` or ``tl::pingpong_wait`` (``bar.sync``; the
+``bar.arrive`` of ``tl::pingpong_pass`` counts there without waiting), ``__syncwarp``, a warp shuffle (the warp's
+32 lanes), a wgmma (its warpgroup) or ``tl::mbar_wait`` — and the next runnable thread runs (:class:`_Scheduler`);
 when none can run, the deadlock is reported with what each waiting thread waits on. Hopper's mbarriers
 (``include/tl/tma.cuh``) are kept by shared address: ``mbar_init(count)``; ``mbar_expect_tx`` = one arrival plus
 the bytes of transactions; ``mbar_arrive``; a phase completes when its arrivals and bytes are all in, and
@@ -646,6 +647,15 @@ class Emulator:
         if m:
             yield ("named", int(m[1]), int(m[2]))
             return
+        if fname in ("tl::pingpong_wait", "tl::pingpong_pass"):  # bar.sync 2 + wg, 256 / bar.arrive 3 - wg, 256
+            wg = self.scalar(args[0], th)
+            if wg not in (0, 1):
+                self.problem(f"{fname}({wg}): a warpgroup index of 0 or 1")
+            if fname == "tl::pingpong_wait":
+                yield ("named", 2 + wg, 256)
+            else:
+                th.block.sched.bar_arrive(th.tid, 3 - wg, 256)
+            return
         if fname in ("tl::mbar_init", "tl::mbar_arrive", "tl::mbar_expect_tx"):
             self._mbar_op(fname, args, th)
             return
@@ -948,16 +958,22 @@ class Emulator:
         b_ptr = tokens[0][2][1]
         if any(tok[2][1].storage is not b_ptr.storage or tok[2][1].elem != b_ptr.elem for tok in tokens):
             self.problem("the threads of a warpgroup pass different B tiles to one wgmma")
-        b_vals, b_bytes = _wgmma_tile(b_ptr, N if tb else K, K if tb else N, swb, "B", mma)
+        # the part of A and B this group reads (wgmma.cuh: warpgroup g = (gr, gc) owns the m64 blocks
+        # mi * WG_M + gr and the column slice gc * WN ..; mma.sync: the whole tiles)
+        wg = tids[0] // group
+        rows_used = np.arange(M) if mma else np.nonzero((np.arange(M) // 64) % wg_m == wg // wg_n)[0]
+        cols_used = np.arange(N) if mma else np.nonzero(np.arange(N) // (N // wg_n) == wg % wg_n)[0]
+        b_vals, b_elems = _wgmma_tile(b_ptr, N if tb else K, K if tb else N, swb, "B", mma)
         b = b_vals.T if tb else b_vals  # K x N
-        reads = [(b_ptr.storage, b_bytes)]
+        reads = [(b_ptr.storage, _tile_bytes(b_elems[cols_used] if tb else b_elems[:, cols_used], b_ptr.dtype))]
         if form in ("ss", "mma_ss"):
             a_ptr = tokens[0][2][0]
             if any(tok[2][0].storage is not a_ptr.storage or tok[2][0].elem != a_ptr.elem for tok in tokens):
                 self.problem("the threads of a warpgroup pass different A tiles to one wgmma")
-            a_vals, a_bytes = _wgmma_tile(a_ptr, K if ta else M, M if ta else K, swa, "A", mma)
+            a_vals, a_elems = _wgmma_tile(a_ptr, K if ta else M, M if ta else K, swa, "A", mma)
             a = a_vals.T if ta else a_vals  # M x K
-            reads.append((a_ptr.storage, a_bytes))
+            reads.append((a_ptr.storage, _tile_bytes(a_elems[:, rows_used] if ta else a_elems[rows_used],
+                                                     a_ptr.dtype)))
         else:  # A from the registers of every thread, in the wgmma layout of its own M x K tile
             alay = (FragmentLayout.mma if mma else FragmentLayout.wgmma)((M, K), threads, wg_m, 1)
             a = np.full((M, K), np.nan, dtype=np.float32)
@@ -1052,6 +1068,8 @@ class _Scheduler:
         self.groups: dict[Any, list[int]] = {}  # a collective (its key) -> the threads arrived at it
         self.named: dict[int, int] = {}  # named barrier id -> its thread count (while threads wait there)
         self.mbar_waiters: dict[int, list[int]] = {}  # id(mbarrier) -> waiting threads
+        # bar.arrive: a named barrier's arrivals that do not wait (their count, the clocks they released)
+        self.arrived: dict[Any, tuple[int, np.ndarray]] = {}
 
     def run(self) -> None:
         while self.ready:
@@ -1129,24 +1147,47 @@ class _Scheduler:
     def arrive(self, t: int, tok: Any) -> None:
         key = self.key(t, tok)
         if tok[0] == "named":
-            bid, count = tok[1], tok[2]
-            if count % WARP or not 0 < count <= self.n:
-                self.emu.problem(f"bar.sync {bid}, {count}: a thread count that is a multiple of 32 up to the "
-                                 f"block's {self.n}")
-            if self.named.setdefault(bid, count) != count:
-                self.emu.problem(f"threads meet at bar.sync {bid} with counts {self.named[bid]} and {count}")
+            self.check_named(tok[1], tok[2])
         elif tok[0] == "sync" and 0 in self.named:
             self.emu.problem(f"__syncthreads while threads wait at bar.sync 0, {self.named[0]}")
         self.groups.setdefault(key, []).append(t)
         self.complete(key)
 
+    def bar_arrive(self, t: int, bid: int, count: int) -> None:
+        """``bar.arrive bid, count``: thread ``t`` counts at the barrier and runs on; what it did before is ordered
+        before what the waiting threads do after the barrier completes."""
+        self.check_named(bid, count)
+        key = ("bar", bid)
+        n, vc = self.arrived.get(key, (0, np.zeros(self.block.width, np.int32)))
+        np.maximum(vc, self.block.vc[t], out=vc)
+        self.block.vc[t, t] += 1
+        self.arrived[key] = (n + 1, vc)
+        self.groups.setdefault(key, [])
+        self.complete(key)
+
+    def check_named(self, bid: int, count: int) -> None:
+        if count % WARP or not 0 < count <= self.n:
+            self.emu.problem(f"bar.sync {bid}, {count}: a thread count that is a multiple of 32 up to the "
+                             f"block's {self.n}")
+        if self.named.setdefault(bid, count) != count:
+            self.emu.problem(f"threads meet at bar.sync {bid} with counts {self.named[bid]} and {count}")
+
     def complete(self, key: Any) -> None:
         tids = self.groups.get(key)
-        if not tids or len(tids) < self.expected(key):
+        extra, released = self.arrived.get(key, (0, None))
+        if tids is None or len(tids) + extra < self.expected(key):
             return
+        if len(tids) + extra > self.expected(key):
+            self.emu.problem(f"{len(tids) + extra} threads at bar.sync {key[1]}, {self.expected(key)}")
         del self.groups[key]
+        self.arrived.pop(key, None)
         if key[0] == "bar":
             self.named.pop(key[1], None)
+        if released is not None:  # the arrivals' clocks, through the barrier, to its waiting threads
+            for t in tids:
+                np.maximum(self.block.vc[t], released, out=self.block.vc[t])
+        if not tids:
+            return
         tids.sort()
         toks = [self.waiting.pop(t) for t in tids]
         if key[0] == "shfl":
@@ -1183,7 +1224,8 @@ class _Scheduler:
         if kind == "sync":
             return f"__syncthreads ({have} of {self.expected(key)} threads there)"
         if kind == "named":
-            return f"bar.sync {tok[1]}, {tok[2]} ({have} threads there)"
+            return (f"bar.sync {tok[1]}, {tok[2]} ({have} threads there, "
+                    f"{self.arrived.get(key, (0, None))[0]} arrived by bar.arrive)")
         if kind == "shfl":
             return f"a warp shuffle of warp {t // WARP} ({have} of 32 lanes there)"
         if kind == "syncwarp":
@@ -1207,8 +1249,8 @@ def _ranges(ts: list[int]) -> str:
 def _wgmma_tile(ptr: _Pointer, rows: int, cols: int, swz: int, what: str,
                 mma: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The ``rows x cols`` stored tile at ``ptr`` in the wgmma swizzled layout of ``swz`` bytes (or, ``mma``, the
-    row-major tile XOR-swizzled at shift ``swz`` that ``tl::gemm_ss`` reads with ldmatrix) as float32, and the bytes
-    it covers."""
+    row-major tile XOR-swizzled at shift ``swz`` that ``tl::gemm_ss`` reads with ldmatrix) as float32, and the
+    element (of ``ptr``'s type) each of its values is stored at."""
     from tilelang_core.transform.cuda.layouts import WGMMA_SWIZZLE_BASE, swizzle_py, wgmma_offset_py
 
     code = swz if mma else WGMMA_SWIZZLE_BASE + swz
@@ -1234,10 +1276,14 @@ def _wgmma_tile(ptr: _Pointer, rows: int, cols: int, swz: int, what: str,
     elems = ptr.elem + off
     if elems.min() < 0 or elems.max() >= len(view):
         raise EmulationError(f"wgmma {what} operand reads {st.name} outside its {len(view)} elements")
-    nbytes = (elems[..., None] * size + np.arange(size)).reshape(-1)
     raw = view[elems]
     vals = (raw.astype(np.uint32) << 16).view(np.float32) if ptr.dtype == "bfloat16" else raw.astype(np.float32)
-    return vals, nbytes
+    return vals, elems
+
+
+def _tile_bytes(elems: np.ndarray, dtype: str) -> np.ndarray:
+    size = np.dtype(_STORAGE[dtype]).itemsize
+    return (elems[..., None] * size + np.arange(size)).reshape(-1)
 
 
 _WGMMA_OFFSETS: dict[tuple[int, int, int, str], np.ndarray] = {}

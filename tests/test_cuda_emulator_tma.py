@@ -3,8 +3,8 @@
 * matches torch: the quickstart GEMM with TMA loads and a producer warpgroup (fp16; the bf16 run is
   test_cuda_wgmma_pipeline.py's), its persistent form (one block walks two output tiles, the barrier phases running
   on across them), two consumer warpgroups (named barriers, setmaxnreg), and the TMA pipeline without a producer
-  warpgroup (``tl.disable_warp_specialized``); the flash-attention forward with its 4-D K/V boxes and two consumer
-  warpgroups;
+  warpgroup (``tl.disable_warp_specialized``); the flash-attention forward with its 4-D K/V boxes, a producer
+  warpgroup and two consumer warpgroups in ping-pong (the default TMA attention: test_cuda_wgmma_attention.py);
 * catches: consumers that never release a stage (a deadlock, reported with what every thread waits on), a
   producer waiting on the wrong phase of a release barrier or not waiting at all (its TMA load races with the
   wgmma reading the stage), consumers releasing a stage their wgmma group in flight still reads, consumers
@@ -32,7 +32,7 @@ from tilelang_core.transform.cuda.common import extern_name, substitute
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from cuda_emulator import EmulationError, Emulator, emulate, is_close_fraction  # noqa: E402
+from cuda_emulator import EmulationError, Emulator, is_close_fraction  # noqa: E402
 
 from examples import flash_attention  # noqa: E402
 
@@ -102,20 +102,23 @@ def test_emulated_tma_pipeline_without_a_producer_warpgroup_matches_torch():
     assert is_close_fraction(out, ref, 2e-2, 1e-1) == 0.0, float((out.double() - ref).abs().max())
 
 
-def _attention(block_M: int, threads: int, dtype: torch.dtype) -> tuple[torch.Tensor, Any]:
+def test_emulated_sm90a_flash_attention_with_a_producer_and_two_ping_pong_consumer_warpgroups_matches_torch():
+    # causal, seq 100 in one block of 128 rows (ragged), two K/V tiles as (dim, heads, seq, batch) boxes (d = 16:
+    # rows of 32 bytes, the 32-byte swizzle); the producer warpgroup forced (at small d the default keeps two
+    # blocks per SM without one), the consumer warpgroups taking turns at S = Q K^T (bar.sync / bar.arrive on named
+    # barriers 2 and 3), each warp releasing a stage after __syncwarp
     g = torch.Generator().manual_seed(3)
-    q, k, v = (torch.randn(1, 100, 1, 32, generator=g).to(dtype) for _ in range(3))
-    kwargs = {"block_M": block_M, "block_N": 64, "num_stages": 2, "threads": threads,
-              "dtype": str(dtype).removeprefix("torch.")}
+    q, k, v = (torch.randn(1, 100, 1, 16, generator=g).to(torch.float16) for _ in range(3))
+    kwargs = {"block_M": 128, "block_N": 64, "num_stages": 2, "threads": 256, "dtype": "float16"}
+    emu = Emulator(flash_attention.flash_attention.get_program(1, 1, 100, 16, True, **kwargs), "sm_90a",
+                   {"tl.cuda.ws_keep_occupancy": False, "tl.cuda.pingpong": True})
+    text = emu.func.script()
+    assert '"threads": 384' in text and text.count("tl::tma_load_4d") == 2 and "tl::pingpong_pass" in text
+    assert json.loads(str(emu.func.attrs["tl.tma_maps"]))[0]["swizzle"] == 32
+    assert "tl::setmaxnreg_inc<240>" in text and "__syncwarp" in text
+    out = torch.full((1, 100, 1, 16), float("nan"), dtype=torch.float16)
+    emu.run([q, k, v, out])
     ref = flash_attention.reference(q.double(), k.double(), v.double(), True)
-    out, = emulate(flash_attention.flash_attention, (1, 1, 100, 32, True), kwargs, [q, k, v], arch="sm_90a")
-    return out, ref
-
-
-def test_emulated_sm90a_flash_attention_with_two_consumer_warpgroups_matches_torch():
-    # causal, seq 100 in one block of 128 rows (ragged), two K/V tiles as (dim, heads, seq, batch) boxes; the
-    # consumers' softmax statistics per warpgroup, each warp releasing a stage after __syncwarp
-    out, ref = _attention(128, 256, torch.float16)
     assert is_close_fraction(out, ref, 2e-2, 2e-2) == 0.0, float((out.double() - ref).abs().max())
 
 
@@ -185,6 +188,30 @@ def test_emulator_reports_a_stage_released_while_its_wgmma_group_is_in_flight():
     assert "tl::wgmma_gemm_ss<64, 64, 32, 1, 1, 64, 0, 0, 64, 128, 1>" in text  # one group left in flight
     with pytest.raises(EmulationError, match="the TMA load of thread 128 overwrites what a wgmma of warp 0 read"):
         _gemm(SMALL, edit=_release_the_stage_in_flight)
+
+
+def test_emulator_reports_a_named_barrier_that_orders_only_one_warpgroup():
+    # the attention's Q tile is stored by all 256 consumer threads, then bar.sync 1, 256; as bar.sync 1, 128 each
+    # warpgroup meets only itself, and warpgroup 0's wgmma reads Q rows warpgroup 1 stored (at d = 32 each 16-byte
+    # store of a thread is a quarter row: rows 0-63, warpgroup 0's m64 block, come from threads 0-255)
+    def one_warpgroup(func: Any) -> Any:
+        def visit(x: Any) -> Any:
+            v = x.value
+            if isinstance(v, tvm.ir.Call) and extern_name(v) == "tl::named_barrier_sync<1, 256>":
+                return tirx.Evaluate(tirx.call_extern("int32", "tl::named_barrier_sync<1, 128>"))
+            return x
+
+        return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.Evaluate, visit)]))
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 100, 1, 32, generator=g).to(torch.float16) for _ in range(3))
+    kwargs = {"block_M": 128, "block_N": 64, "num_stages": 2, "threads": 256, "dtype": "float16"}
+    emu = Emulator(flash_attention.flash_attention.get_program(1, 1, 100, 32, True, **kwargs), "sm_90a",
+                   {"tl.cuda.ws_keep_occupancy": False})
+    emu.func = one_warpgroup(emu.func)
+    with pytest.raises(EmulationError, match=r"race on smem: the wgmma of threads 0..127 reads bytes written by "
+                                             r"thread (12[89]|1[3-9]\d|2[0-5]\d)\b"):
+        emu.run([q, k, v, torch.empty(1, 100, 1, 32, dtype=torch.float16)])
 
 
 def test_emulator_shows_a_tensor_map_swizzle_the_wgmma_reader_does_not_expect():
