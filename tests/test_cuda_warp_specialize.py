@@ -611,3 +611,35 @@ def test_the_epilogue_reads_the_accumulators_only_after_the_last_wgmma_group(tmp
     drain = sass.index("WARPGROUP.DEPBAR.LE gsb0, 0x0")
     assert "USETMAXREG" not in sass and "F2FP.BF16.F32.PACK_AB" in sass
     assert sass.index("F2FP.BF16.F32.PACK_AB") > drain
+
+
+@tilelang.jit(out_idx=[2])
+def lower_triangular_gemm(M, N, K, block_M=128, block_N=128, block_K=64, num_stages=3, threads=256,
+                          dtype="float16"):
+    """C = tril(A) B with A lower triangular: the K loop of row block by stops at the diagonal."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((block_M, block_K), dtype)
+            B_s = T.alloc_shared((block_K, block_N), dtype)
+            C_f = T.alloc_fragment((block_M, block_N), "float32")
+            T.clear(C_f)
+            for k in T.Pipelined(T.ceildiv((by + 1) * block_M, block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, k * block_K], A_s)
+                T.copy(B[k * block_K, bx * block_N], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C[by * block_M, bx * block_N])
+
+    return main
+
+
+def test_a_loop_whose_trip_count_depends_on_the_tile_is_not_made_persistent():
+    # 32 x 32 output tiles, more than the 132 SMs, but the tiles' k-step counts differ: a persistent block's ring
+    # (stage and phase counted as t * n) would lose step with its producer's, so every tile keeps its own block
+    func = _lower(lower_triangular_gemm.get_program(4096, 4096, 4096))["tl.WarpSpecializeCUDA"]
+    assert tuple(func.attrs["tl.cuda_launch"]["grid"]) == (32, 32, 1)
+    assert func.attrs["tl.cuda_launch"]["threads"] == 384  # still a producer warpgroup
+    assert not any("persistent" in n for n in _notes(func))
+    square = _stage((4096, 4096, 4096, 128, 128, 64, False, False, 3, 256, "float16"))
+    assert square.attrs["tl.cuda_launch"]["grid"][0] == 132  # with a fixed trip count: persistent
