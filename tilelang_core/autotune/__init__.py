@@ -33,6 +33,7 @@ import sys
 import types
 from typing import Any
 
+from .attention_space import attention_space
 from .db import TuningDB, best, default_path
 from .defaults import Default, ShippedDefaultsError, compile_default, default_config
 from .executors import Executor
@@ -59,5 +60,5 @@ sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = ["autotune", "tune", "best", "grid", "parse_space", "default_space", "TuningDB", "TuneResult",
            "AutoTuner", "Measurement", "measure", "kernel_identity", "default_path", "MeasurementCancelledError",
-           "Executor", "LocalExecutor", "RayExecutor", "EarlyStop", "gemm_space", "default_config",
+           "Executor", "LocalExecutor", "RayExecutor", "EarlyStop", "gemm_space", "attention_space", "default_config",
            "compile_default", "Default", "ShippedDefaultsError"]
