@@ -26,6 +26,9 @@ completes when issued: the box of tensor map ``i`` (the kernel's ``tl.tma_maps``
 memory in row-major box order through the map's swizzle (Swizzle<B, 4, 3> of the byte offset from the start of the
 block's shared memory, B = 3 / 2 / 1 for 128 / 64 / 32 bytes: the dynamic shared memory is 1024-byte aligned, and a
 kernel with several static shared allocations is not modelled), then its bytes complete on ``bar``.
+A TMA store ``tl::tma_store_<2..5>d<i>(src, c0..)`` (``tl.cuda.tma_store``) writes the parts of its box inside the
+tensor at issue and reads its shared bytes until a ``tl::tma_store_wait_read`` retires its bulk group
+(``tl::tma_store_commit``); ``tl::wgmma_acc_to_slabs`` is replayed from the header.
 ``tl::mbar_fence_init``, ``tl::fence_proxy_async`` and ``setmaxnreg`` change nothing (setmaxnreg's count is checked:
 a multiple of 8 in 24..256, one per warpgroup, all of them within the 64K registers of an SM).
 
@@ -40,8 +43,8 @@ is ordered before a later write once one lane of each reading warp is (the warp-
 the whole warp's reads: ws_loop's release by lane 0 of each warp). A wgmma group left in flight (``PENDING = 1``)
 computes its accumulators when issued, but its shared reads last until a ``wait_group`` retires it (the
 warpgroup's next wgmma, or each thread's ``tl::wgmma_drain``): a write to those bytes before then is a race. Not
-modelled: shuffles as memory ordering (they order nothing here, as on the GPU), TMA stores and the fused
-pipelined mma.sync mainloop
+modelled: shuffles as memory ordering (they order nothing here, as on the GPU) and the fused pipelined
+mma.sync mainloop
 (``tl::pipe_gemm_step``). Anything it does not know (an extern template, an intrinsic) raises
 ``NotImplementedError``: it never guesses.
 
@@ -225,6 +228,9 @@ class _Thread:
         # a copy is (shared storage, first byte, the 16 bytes it will write)
         self.issued: list[tuple[_Storage, int, np.ndarray]] = []
         self.groups: list[list[tuple[_Storage, int, np.ndarray]]] = []
+        # TMA stores: the shared bytes the stores issued since the last commit read, and the committed bulk groups
+        self.bulk_issued: list[tuple[_Storage, np.ndarray]] = []
+        self.bulk_groups: list[list[tuple[_Storage, np.ndarray]]] = []
 
 
 class _Block:
@@ -418,9 +424,9 @@ class Emulator:
             st.written[nbytes] = True
 
     def _check_collective_reads(self, st: _Storage, th: _Thread, nbytes: np.ndarray, span: str, who: str) -> None:
-        """A write after a wgmma / mma read of the same bytes: the read completes for a whole warp (the
-        ``wait_group`` is warp-synchronous), so it is ordered before the write once any lane of each reading warp
-        is (ws_loop's release by lane 0 of each warp)."""
+        """A write after a wgmma / mma (or TMA store) read of the same bytes: the read completes for a whole warp
+        (the ``wait_group`` is warp-synchronous), so it is ordered before the write once any lane of each reading
+        warp is (ws_loop's release by lane 0 of each warp); a read still in flight is ordered before nothing."""
         a = st.avc[nbytes]
         if not a.any():
             return
@@ -431,8 +437,9 @@ class Emulator:
         bad = read & ~ordered
         if bad.any():
             warp = int(np.nonzero(bad.any(axis=0))[0][0])
-            self.problem(f"shared-memory race on {span}: {who} overwrites what a wgmma of warp {warp} read, with no "
-                         "barrier or mbarrier phase after the read ordering the two")
+            self.problem(f"shared-memory race on {span}: {who} overwrites what an asynchronous read (a wgmma, a TMA "
+                         f"store) of warp {warp} read, with no barrier or mbarrier phase after the read ordering the "
+                         "two")
 
     # -- expressions -----------------------------------------------------------------------------------
     def scalar(self, e: Any, th: _Thread) -> int:
@@ -669,6 +676,22 @@ class Emulator:
         if m:
             self._tma_load(int(m[1]), int(m[2]), args, th)
             return
+        m = re.fullmatch(r"tl::tma_store_([2-5])d<(\d+)>", fname)
+        if m:
+            self._tma_store(int(m[1]), int(m[2]), args, th)
+            return
+        if fname == "tl::tma_store_commit":
+            th.bulk_groups.append(th.bulk_issued)
+            th.bulk_issued = []
+            return
+        m = re.fullmatch(r"tl::tma_store_wait_read<(\d+)>", fname)
+        if m:
+            self._tma_store_wait(int(m[1]), th)
+            return
+        m = re.fullmatch(r"tl::wgmma_acc_to_slabs<(\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+)>", fname)
+        if m:
+            self._acc_to_slabs(*(int(x) for x in m.groups()), args, th)
+            return
         m = re.fullmatch(r"tl::setmaxnreg_(dec|inc)<(\d+)>", fname)
         if m:
             self._setmaxnreg(int(m[2]), th)
@@ -724,31 +747,32 @@ class Emulator:
         if blk.sched is not None:
             blk.sched.wake(bar)
 
-    def _tma_load(self, rank: int, index: int, args: list[Any], th: _Thread) -> None:
-        """``tl::tma_load_<rank>d<index>(dst, bar, c0 ..)``: the box of tensor map ``index`` (``tl.tma_maps``) at
-        coordinates ``c0`` (innermost) .., zero outside the tensor, written into shared memory at ``dst`` in the
-        box's row-major order through the map's swizzle — CUTLASS's Swizzle<B, 4, 3> of the shared byte address
-        (bits 4.. XOR bits 7.., B = 3 / 2 / 1 for 128 / 64 / 32 bytes), taken from the start of the block's
-        shared memory — at once (the copy completes when issued), then the bytes complete on ``bar``."""
+    def _tma_box(self, op: str, rank: int, index: int, args: list[Any],
+                 th: _Thread) -> tuple[dict[str, Any], _Storage, np.ndarray, np.ndarray, _Storage, np.ndarray]:
+        """The geometry of the TMA box ``op`` moves: (its map, the global tensor, which box elements lie inside the
+        tensor, their byte offsets there (elements x bytes, clipped where outside), the shared storage at
+        ``args[0]``, the shared bytes of the box in row-major box order through the map's swizzle — CUTLASS's
+        Swizzle<B, 4, 3> of the byte offset from the start of the block's shared memory (bits 4.. XOR bits 7..,
+        B = 3 / 2 / 1 for 128 / 64 / 32 bytes)). The coordinates are the last ``rank`` arguments, innermost first."""
         maps = self._tma_maps()
         if index >= len(maps):
-            self.problem(f"tl::tma_load_{rank}d<{index}> but the kernel has {len(maps)} tensor maps")
+            self.problem(f"{op} but the kernel has {len(maps)} tensor maps")
         mp = maps[index]
         dims, box, swz = [int(x) for x in mp["dims"]], [int(x) for x in mp["box"]], int(mp["swizzle"])
-        if len(dims) != rank or len(box) != rank or len(args) != 2 + rank:
-            self.problem(f"tl::tma_load_{rank}d<{index}> of a {len(dims)}-D map ({mp['param']})")
+        if len(dims) != rank or len(box) != rank:
+            self.problem(f"{op} of a {len(dims)}-D map ({mp['param']})")
         es = np.dtype(_STORAGE[str(mp["dtype"])]).itemsize if mp["dtype"] in _STORAGE else 1
         if swz not in (32, 64, 128) or box[0] * es > swz or any(not 1 <= x <= 256 for x in box):
             self.problem(f"tensor map {index} ({mp['param']}): a box of {box} elements of {es} bytes with a {swz}-byte "
                          "swizzle (the inner box dimension may span at most the swizzle's bytes, each at most 256)")
-        dst, bar_ptr = self.pointer(args[0], th), self.pointer(args[1], th)
-        coords = [self.scalar(a, th) for a in args[2:]]
+        smem = self.pointer(args[0], th)
+        coords = [self.scalar(a, th) for a in args[-rank:]]
         param = next((p for p in self.func.params if p.name == mp["param"]), None)
         if param is None:
             self.problem(f"tensor map {index} names {mp['param']}, not a parameter of the kernel")
-        src = self.globals[param]
-        if len(src.data) != int(np.prod(dims)) * es:
-            self.problem(f"tensor map {index}: {mp['param']} has {len(src.data)} bytes, the map describes "
+        glob = self.globals[param]
+        if len(glob.data) != int(np.prod(dims)) * es:
+            self.problem(f"tensor map {index}: {mp['param']} has {len(glob.data)} bytes, the map describes "
                          f"{'x'.join(map(str, reversed(dims)))} elements of {es} bytes")
         # the box's elements, outermost dimension first, in the order they are stored
         idx = np.indices(tuple(reversed(box))).reshape(rank, -1)
@@ -756,24 +780,77 @@ class Emulator:
         outer = np.array(list(reversed(dims)), dtype=np.int64)[:, None]
         inside = ((pos >= 0) & (pos < outer)).all(axis=0)
         lin = np.ravel_multi_index(tuple(np.clip(pos, 0, outer - 1)), tuple(reversed(dims)))
-        raw = src.data[(lin[:, None] * es + np.arange(es)).reshape(-1)]
-        data = np.where(np.repeat(inside, es), raw, 0).astype(np.uint8)
-        d0 = dst.elem * np.dtype(_STORAGE[dst.dtype]).itemsize
-        st = dst.storage
+        gbytes = lin[:, None] * es + np.arange(es)
+        d0 = smem.elem * np.dtype(_STORAGE[smem.dtype]).itemsize
+        st = smem.storage
         if not st.shared or d0 % 128:
-            self.problem(f"tl::tma_load_{rank}d<{index}> into {st.name} byte {d0}: not 128-byte aligned shared memory")
-        lb = d0 + np.arange(len(data), dtype=np.int64)
+            self.problem(f"{op} at {st.name} byte {d0}: not 128-byte aligned shared memory")
+        lb = d0 + np.arange(gbytes.size, dtype=np.int64)
         phys = lb ^ (((lb >> 7) & (swz // 16 - 1)) << 4)
         if phys.max() >= len(st.data):
-            self.problem(f"tl::tma_load_{rank}d<{index}> writes {st.name} bytes {d0}..{d0 + len(data)} outside its "
-                         f"{len(st.data)}")
-        bar = self._mbar(bar_ptr, th, args[1])
+            self.problem(f"{op} covers {st.name} bytes {d0}..{d0 + gbytes.size} outside its {len(st.data)}")
+        return mp, glob, inside, gbytes, st, phys
+
+    def _tma_load(self, rank: int, index: int, args: list[Any], th: _Thread) -> None:
+        """``tl::tma_load_<rank>d<index>(dst, bar, c0 ..)``: the box of tensor map ``index`` (``tl.tma_maps``) at
+        coordinates ``c0`` (innermost) .., zero outside the tensor, written into shared memory at ``dst`` (see
+        :meth:`_tma_box`) at once (the copy completes when issued), then its bytes complete on ``bar``."""
+        op = f"tl::tma_load_{rank}d<{index}>"
+        if len(args) != 2 + rank:
+            self.problem(f"{op} with {len(args)} arguments")
+        _mp, src, inside, gbytes, st, phys = self._tma_box(op, rank, index, args, th)
+        data = np.where(inside[:, None], src.data[gbytes], 0).astype(np.uint8).reshape(-1)
+        bar = self._mbar(self.pointer(args[1], th), th, args[1])
         self._track_bytes(st, th, phys, write=True, who=f"the TMA load of thread {th.tid}")
         st.data[phys] = data
         # complete_tx: the copy's writes are released into the barrier's phase with the bytes
         self._release_into(bar, th)
         bar.tx -= len(data)
         self._mbar_progress(bar, th.block)
+
+    def _tma_store(self, rank: int, index: int, args: list[Any], th: _Thread) -> None:
+        """``tl::tma_store_<rank>d<index>(src, c0 ..)``: the box at ``src`` (through the map's swizzle) into the
+        map's tensor, the parts outside it not written. The global writes happen at issue; the shared bytes are
+        read by the copy until a ``tl::tma_store_wait_read`` retires its bulk group (a write to them before then
+        is a race)."""
+        op = f"tl::tma_store_{rank}d<{index}>"
+        if len(args) != 1 + rank:
+            self.problem(f"{op} with {len(args)} arguments")
+        mp, dst, inside, gbytes, st, phys = self._tma_box(op, rank, index, args, th)
+        if not mp.get("store"):
+            self.problem(f"{op}: tensor map {index} ({mp['param']}) is not encoded for stores")
+        self._track_bytes(st, th, phys, write=False, who=f"the TMA store of thread {th.tid}")
+        st.avc[phys, th.tid] = IN_FLIGHT
+        th.bulk_issued.append((st, phys))
+        data = st.data[phys].reshape(-1, gbytes.shape[1])
+        dst.data[gbytes[inside].reshape(-1)] = data[inside].reshape(-1)
+
+    def _tma_store_wait(self, keep: int, th: _Thread) -> None:
+        """``tl::tma_store_wait_read<keep>``: this thread's bulk groups but the ``keep`` newest are done reading."""
+        while len(th.bulk_groups) > keep:
+            for st, phys in th.bulk_groups.pop(0):
+                st.avc[phys, th.tid] = th.block.vc[th.tid, th.tid]
+
+    def _acc_to_slabs(self, MI: int, NT: int, warp_m: int, warp_n: int, rows: int, w: int, swz: int, step: int,
+                      args: list[Any], th: _Thread) -> None:
+        """``tl::wgmma_acc_to_slabs`` (include/tl/tma.cuh), replayed: the thread's accumulator registers of column
+        block ``step`` stored as pairs of the slabs' type into its warpgroup column's slab, swizzled."""
+        acc, slabs = _PtrBuf(self.pointer(args[0], th)), self.pointer(args[1], th)
+        lg = 1 if np.dtype(_STORAGE[slabs.dtype]).itemsize == 2 else 0
+        mask = swz // 16 - 1
+        warp, lane = th.tid // WARP, th.tid % WARP
+        g = warp // 4
+        gr, gc = g // warp_n, g % warp_n
+        slab = _PtrBuf(_Pointer(slabs.storage, slabs.elem + gc * rows * w, slabs.dtype))
+        for mi in range(MI):
+            for a in range(w // 8):
+                for h in range(2):
+                    reg = mi * NT * 4 + (step * (w // 8) + a) * 4 + h * 2
+                    row = mi * warp_m * 64 + 8 * h + gr * 64 + (warp % 4) * 16 + lane // 4
+                    q = row * w + a * 8 + (lane % 4) * 2
+                    q ^= ((q >> (7 - lg)) & mask) << (4 - lg)
+                    for j in range(2):  # store_pair: __floats2half2_rn / __floats2bfloat162_rn
+                        self._raw_store(th, slab, q + j, self._raw_load(th, acc, reg + j))
 
     def _tma_maps(self) -> list[dict[str, Any]]:
         text = self.func.attrs["tl.tma_maps"] if "tl.tma_maps" in self.func.attrs else None

@@ -2,12 +2,14 @@
 
 * matches torch: the quickstart GEMM with TMA loads and a producer warpgroup (fp16; the bf16 run is
   test_cuda_wgmma_pipeline.py's), its persistent form (one block walks two output tiles, the barrier phases running
-  on across them), two consumer warpgroups (named barriers, setmaxnreg), and the TMA pipeline without a producer
-  warpgroup (``tl.disable_warp_specialized``); the flash-attention forward with its 4-D K/V boxes, a producer
-  warpgroup and two consumer warpgroups in ping-pong (the default TMA attention: test_cuda_wgmma_attention.py);
+  on across them; with TMA stores), two consumer warpgroups (named barriers, setmaxnreg), and the TMA pipeline
+  without a producer warpgroup (``tl.disable_warp_specialized``); the flash-attention forward with its 4-D K/V
+  boxes, a producer warpgroup and two consumer warpgroups in ping-pong (the default TMA attention:
+  test_cuda_wgmma_attention.py);
 * catches: consumers that never release a stage (a deadlock, reported with what every thread waits on), a
   producer waiting on the wrong phase of a release barrier or not waiting at all (its TMA load races with the
-  wgmma reading the stage), consumers releasing a stage their wgmma group in flight still reads, consumers
+  wgmma reading the stage), consumers releasing a stage their wgmma group in flight still reads, a named barrier
+  of one warpgroup where two wrote the tile, a staging slab rewritten before its TMA store has read it, consumers
   waiting on the wrong phase (they read a stage before its load lands), and a tensor map whose swizzle is not the
   one the wgmma descriptors read (wrong numbers).
 
@@ -92,6 +94,15 @@ def test_emulated_tma_gemm_with_two_consumer_warpgroups_matches_torch():
     # block_M 128 over 256 threads: two consumer warpgroups meeting at named barrier 1, registers moved to them
     text, out, ref = _gemm((100, 64, 64, 128, 64, 32, 3, 256, "bfloat16"), seed=1)
     assert "tl::setmaxnreg_inc<232>" in text and "tl::setmaxnreg_dec<40>" in text
+    assert is_close_fraction(out, ref, 2e-2, 1e-1) == 0.0, float((out.double() - ref).abs().max())
+
+
+def test_emulated_persistent_tma_gemm_with_tma_stores_matches_torch():
+    # the epilogue through a swizzled staging slab and TMA stores (ragged rows clipped by the map), the slab reused
+    # by the block's second tile once tl::tma_store_wait_read says the first tile's store has read it
+    text, out, ref = _gemm((100, 64, 96, 64, 64, 32, 3, 128, "float16"),
+                           {"tl.cuda.tma_store": True, "tl.cuda.persistent": 1}, seed=3)
+    assert "tl::tma_store_2d<2>" in text and "tl::wgmma_acc_to_slabs" in text and "tile_iter" in text
     assert is_close_fraction(out, ref, 2e-2, 1e-1) == 0.0, float((out.double() - ref).abs().max())
 
 
@@ -186,7 +197,8 @@ def test_emulator_reports_a_stage_released_while_its_wgmma_group_is_in_flight():
     # step 1 retires the group reading stage 0
     text, _, _ = _gemm(SMALL)
     assert "tl::wgmma_gemm_ss<64, 64, 32, 1, 1, 64, 0, 0, 64, 128, 1>" in text  # one group left in flight
-    with pytest.raises(EmulationError, match="the TMA load of thread 128 overwrites what a wgmma of warp 0 read"):
+    with pytest.raises(EmulationError, match="the TMA load of thread 128 overwrites what an asynchronous read .* of "
+                                             "warp 0 read"):
         _gemm(SMALL, edit=_release_the_stage_in_flight)
 
 
@@ -212,6 +224,22 @@ def test_emulator_reports_a_named_barrier_that_orders_only_one_warpgroup():
     with pytest.raises(EmulationError, match=r"race on smem: the wgmma of threads 0..127 reads bytes written by "
                                              r"thread (12[89]|1[3-9]\d|2[0-5]\d)\b"):
         emu.run([q, k, v, torch.empty(1, 100, 1, 32, dtype=torch.float16)])
+
+
+def test_emulator_reports_a_staging_slab_rewritten_while_its_tma_store_reads_it():
+    def no_wait_read(func: Any) -> Any:
+        def visit(x: Any) -> Any:
+            v = x.value
+            if isinstance(v, tvm.ir.Call) and extern_name(v).startswith("tl::tma_store_wait_read"):
+                return tirx.Evaluate(tirx.IntImm("int32", 0))
+            return x
+
+        return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.Evaluate, visit)]))
+
+    with pytest.raises(EmulationError, match=r"thread 0 overwrites what an asynchronous read \(a wgmma, a TMA store\) "
+                                             r"of warp 0 read"):
+        _gemm((100, 64, 64, 64, 64, 32, 3, 128, "float16"), {"tl.cuda.tma_store": True, "tl.cuda.persistent": 1},
+              edit=no_wait_read)
 
 
 def test_emulator_shows_a_tensor_map_swizzle_the_wgmma_reader_does_not_expect():
