@@ -624,6 +624,13 @@ class Emulator:
             ptrs = tuple(self.pointer(a, th) for a in args[:3])
             yield ("wgmma", (m[2] if m[1] == "wgmma_gemm" else f"mma_{m[2]}", params), ptrs)
             return
+        m = re.fullmatch(r"tl::wgmma_acc_ready<(-?\d+), \d+>", fname)
+        if m:  # wait_group W (W = -1: none), then the accumulators' fences (no value changes)
+            if int(m[1]) == 0:
+                th.block.retire(th.tid // 128, [th.tid])
+            elif int(m[1]) != -1:
+                raise NotImplementedError(f"emulator: {fname} (only waits for all groups, or none, are modelled)")
+            return
         if re.fullmatch(r"tl::wgmma_drain<\d+>", fname):
             # the emulated wgmma wrote its accumulators when issued (the drain's x + -0.0 changes nothing); its
             # wait_group 0 retires this thread's share of its warpgroup's group in flight
@@ -1025,8 +1032,11 @@ class Emulator:
         else:
             M, N, K, wg_m, _nc, tb, swb = params[:7]
             wg_n, ta, swa = 1, 0, 0
-        # PENDING: the group stays in flight after the call (wait_group 1 retires the one before it)
-        pending = not mma and len(params) > (10 if form == "ss" else 7) and params[10 if form == "ss" else 7] == 1
+        # PENDING: the group stays in flight after the call (wait_group 1 retires the one before it; PENDING = 2,
+        # tl.cuda.attention_overlap's scores gemm, retires nothing: wait_group 2 with at most two groups issued)
+        at = 10 if form == "ss" else 7
+        pend = params[at] if not mma and len(params) > at else 0
+        pending = pend >= 1
         group = 32 if mma else 128
         threads = wg_m * wg_n * group
         if tids[-1] >= threads:
@@ -1063,7 +1073,7 @@ class Emulator:
                     row, col = alay.element_of(t, r)
                     a[row, col] = self._raw_load(_Thread(_Block(), t, {}), pb, r)[0]
         g = np.asarray(tids, dtype=np.int64)
-        if not mma:  # this call's wait_group (1 or 0) retires the group left in flight before it
+        if not mma and pend < 2:  # this call's wait_group (1 or 0) retires the group left in flight before it
             block.retire(tids[0] // 128, tids)
         seen = block.vc[g].min(axis=0)  # what every thread of the group has synchronised with
         for st, nbytes in reads:

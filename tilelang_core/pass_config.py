@@ -51,6 +51,7 @@ class PassConfigKey:
     TL_CUDA_PERSISTENT = "tl.cuda.persistent"
     TL_CUDA_SPLIT_MASKED_ITERATIONS = "tl.cuda.split_masked_iterations"
     TL_CUDA_PINGPONG = "tl.cuda.pingpong"
+    TL_CUDA_ATTENTION_OVERLAP = "tl.cuda.attention_overlap"
     TL_CUDA_WS_KEEP_OCCUPANCY = "tl.cuda.ws_keep_occupancy"
     TL_CUDA_TMA_STORE = "tl.cuda.tma_store"
 
@@ -146,6 +147,10 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
     Option(K.TL_CUDA_WS_KEEP_OCCUPANCY, "bool", True, "CUDA sm_90a, a TMA loop whose body is more than one gemm "
            "(attention): no producer warpgroup where shared memory leaves room for two or more blocks per SM (the "
            "producer's registers would leave one); False warp-specialises it anyway"),
+    Option(K.TL_CUDA_ATTENTION_OVERLAP, "bool", False, "CUDA sm_90a, a warp-specialised loop of two wgmma gemms "
+           "whose second reads its A from registers the first's result gives (attention): issue the second one "
+           "iteration late, so the statements between them run under it (FlashAttention-3's intra-warpgroup "
+           "overlap; off until measured on a GPU)"),
     Option(K.TL_CUDA_PINGPONG, "bool", False, "CUDA sm_90a, a warp-specialised loop of two consumer warpgroups "
            "whose body is more than one gemm (attention): the warpgroups take turns at their first wgmma T.gemm "
            "(named barriers), so one's softmax runs under the other's gemms (FlashAttention-3's ping-pong)"),

@@ -6,7 +6,8 @@ bf16, against torch SDPA and a Triton FlashAttention-2 kernel in the same run, w
 (sm_90a: ``S = Q K^T`` on ``tl::wgmma_gemm_ss``, ``O += P V`` on ``tl::wgmma_gemm_rs`` with P from registers, K/V
 as TMA boxes fed by a producer warpgroup) for a few tile configs; with ``--mma-too`` also with
 ``pass_configs={"tl.cuda.wgmma": False}`` (mma.sync); with ``--variants`` also with ping-pong
-(``tl.cuda.pingpong``), without the producer warpgroup (``tl.disable_warp_specialized``) and without TMA
+(``tl.cuda.pingpong``), with the softmax under the previous block's ``P V`` (``tl.cuda.attention_overlap``, also
+with the producer warpgroup forced), without the producer warpgroup (``tl.disable_warp_specialized``) and without TMA
 (``tl.disable_tma_lower``: cp.async). Each kernel is checked against SDPA (max |error| printed; one off by more
 than 2e-2 is not timed) and timed, with SDPA (its backend printed) and Triton (``triton_attn.py``; fp16 only), by
 the clean-L2 timer of ``run.py`` (the headline) and ``triton.testing.do_bench`` beside it. Ratios are reference
@@ -86,7 +87,9 @@ def bench_shape(dt: str, key: tuple[int, int, int, int, bool], cfgs: list[tuple[
     if args.mma_too:
         variants.append((" wgmma off", {"tl.cuda.wgmma": False}))
     if args.variants:  # what each of the TMA loads and the producer warpgroup is worth
-        variants += [(" pingpong", {"tl.cuda.pingpong": True}), (" no WS", {"tl.disable_warp_specialized": True}),
+        variants += [(" overlap", {"tl.cuda.attention_overlap": True}),
+                     (" overlap, WS forced", {"tl.cuda.attention_overlap": True, "tl.cuda.ws_keep_occupancy": False}),
+                     (" pingpong", {"tl.cuda.pingpong": True}), (" no WS", {"tl.disable_warp_specialized": True}),
                      (" cp.async", {"tl.disable_tma_lower": True})]
     runs = [(c, v) for v in variants for c in cfgs]
     for (bm, bn, st, th), (suffix, pcfg) in runs:

@@ -61,6 +61,7 @@ SCHEDULES = {  # the same arithmetic in every warpgroup, only the schedule diffe
     "cp.async, no producer warpgroup": {"tl.disable_tma_lower": True},
     "TMA, no producer warpgroup": {"tl.disable_warp_specialized": True},
     "ping-pong": {"tl.cuda.pingpong": True},
+    "the softmax under the previous P V": {"tl.cuda.attention_overlap": True, "tl.cuda.ws_keep_occupancy": False},
 }
 
 

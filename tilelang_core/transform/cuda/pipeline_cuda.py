@@ -79,7 +79,7 @@ from .common import (
     sync_stmt,
 )
 from .layouts import MMA_DTYPES, dtype_bytes, is_wgmma_swizzle
-from .sm90 import tma
+from .sm90 import overlap, tma
 from .sm90 import warp_specialize as ws
 
 
@@ -491,11 +491,28 @@ class PipelineCUDA(Rewriter):
             c_loc, nregs = in_flight  # the drain belongs to the consumers (the producer has no accumulator)
             drain = extern(f"tl::wgmma_drain<{nregs}>", tirx.address_of(tirx.BufferLoad(c_loc,
                                                                                          [tirx.IntImm("int32", 0)])))
+        overlapped = None
+        if general and self.options[PassConfigKey.TL_CUDA_ATTENTION_OVERLAP]:
+            found = overlap.plan(consumers, self._is_wgmma)
+            accs = None if isinstance(found, str) else [(self.locals.get(b), self.layouts.get(b)) for b in
+                                                         (found.S, found.O)]
+            if isinstance(found, str) or before or any(loc is None or lay is None for loc, lay in accs):
+                why = found if isinstance(found, str) else \
+                    "ping-pong is on" if before else "an accumulator has no register array"
+                self.fused_notes.append(f"{_line(s)}T.Pipelined loop keeps each gemm's wait (no attention "
+                                        f"overlap): {why}")
+            else:
+                (s_loc, s_lay), (o_loc, o_lay) = accs
+                plan = found
+
+                def overlapped(stage: Any, prev: Any, release: Any) -> tuple[list[Any], Any]:
+                    return overlap.body(plan, k0, stage, prev, lambda x, st: _with_stage(x, remap, st),
+                                        (s_loc, s_lay.num_regs), (o_loc, o_lay.num_regs), release)
         if after_loop:
             drain = seq([drain, *after_loop]) if drain is not None else seq(after_loop)
         both, split = ws.ws_loop(s, k, k0, n, stages, self.ws_producers, copies, remap, cons, self.tid, self.threads,
                                  in_flight is not None, self.ana.simplify, base, drain, general, before,
-                                 self.ws_extent)
+                                 self.ws_extent, overlapped)
         self.ws_applied = (base, self.ws_extent)
         return seq([*both, split], s.span)
 

@@ -49,7 +49,8 @@ SM_COUNT = {"sm_90": 132, "sm_90a": 132}  # H100 / H200 SXM: the blocks of a per
 def ws_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, producers: list[Any], copies: list[TmaCopy],
             remap: dict[Any, Any], consumer: Any, tid: Any, threads: int, in_flight: bool, simplify: Any,
             base: Any, drain: Any = None, general: bool = False,
-            before: list[Any] | None = None, n_producer: Any = None) -> tuple[list[Any], Any]:
+            before: list[Any] | None = None, n_producer: Any = None,
+            overlapped: Any = None) -> tuple[list[Any], Any]:
     """(statements every thread runs first, the ``tl.ws_split`` attribute) for the loop ``s``; ``consumer`` is the
     consumer part of one iteration (the wgmma ``T.gemm`` on stage ``(base + k0) % stages``), ``drain`` what the
     consumers run after the loop. ``base``: the k-steps of earlier output tiles of this block (0 unless
@@ -63,6 +64,8 @@ def ws_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, producers: list[Any], 
     count as the producer computes it (``n`` with the scalars the consumers set before the loop inlined; the
     producer runs none of those statements)."""
     n_producer = n if n_producer is None else n_producer
+    # ``overlapped``: a function (this iteration's stage, the previous one's, release(stage)) -> (the iteration's
+    # statements, after(n, last stage)) building a body that releases stages itself (sm90/overlap.py)
     full = tirx.decl_buffer((stages,), "uint64", "tma_bar", scope="shared")
     empty = tirx.decl_buffer((stages,), "uint64", "tma_empty", scope="shared")
     stage_bytes = sum(c.nbytes for c in copies)
@@ -116,6 +119,14 @@ def ws_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, producers: list[Any], 
         release = tirx.IfThenElse(lane0, extern("tl::mbar_arrive", ptr(empty, cstage)), None)
         if general:  # every lane of the warp is done with the stage before lane 0 says so
             release = seq([extern("__syncwarp"), release])
+    if overlapped is not None:
+        def release_of(st: Any) -> list[Any]:
+            return [extern("__syncwarp"), tirx.IfThenElse(lane0, extern("tl::mbar_arrive", ptr(empty, st)), None)]
+
+        prev = simplify(tirx.floormod(g - 1 + stages, stages))
+        stmts, finish = overlapped(cstage, prev, release_of)
+        consumer, release = seq(stmts), None
+        after.append(finish(n, simplify(tirx.floormod(base + n - 1 + stages, stages))))
     loop = tirx.For(k, s.min, n, tirx.ForKind.SERIAL, seq([wait, consumer, release]), None, None, None, s.span)
     split = tirx.AttrStmt(zero, ATTR_SPLIT, tirx.IntImm("int32", threads), seq([
         tirx.AttrStmt(zero, ATTR_PRODUCER, tirx.IntImm("int32", int(general)), producer),

@@ -102,7 +102,7 @@ __device__ __forceinline__ void wgmma_issue(float* d, unsigned long long da, uns
 template <int M, int N, int K, int WG_M, int WG_N, int NC, bool TRANS_A, bool TRANS_B, int SWZ_A, int SWZ_B,
           int PENDING = 0, typename T, typename TB>
 __device__ __forceinline__ void wgmma_gemm_ss(const T* A, const TB* B, float* C) {
-  static_assert(PENDING == 0 || PENDING == 1, "wgmma_gemm_ss: PENDING is 0 or 1 groups left in flight");
+  static_assert(PENDING >= 0 && PENDING <= 2, "wgmma_gemm_ss: PENDING is 0, 1 or 2 groups left in flight");
   static_assert(sizeof(T) == sizeof(TB), "wgmma_gemm_ss: A and B have one element size");
   constexpr int WM = M / WG_M, WN = N / WG_N;
   constexpr int MI = WM / 64, NT = WN / 8;
@@ -147,7 +147,7 @@ __device__ __forceinline__ void wgmma_gemm_ss(const T* A, const TB* B, float* C)
 // shared memory as in wgmma_gemm_ss; the warpgroups split M only (each owns whole rows of A and of C).
 template <int M, int N, int K, int WG_M, int NC, bool TRANS_B, int SWZ_B, int PENDING = 0, typename T, typename TB>
 __device__ __forceinline__ void wgmma_gemm_rs(const T* A, const TB* B, float* C) {
-  static_assert(PENDING == 0 || PENDING == 1, "wgmma_gemm_rs: PENDING is 0 or 1 groups left in flight");
+  static_assert(PENDING >= 0 && PENDING <= 2, "wgmma_gemm_rs: PENDING is 0, 1 or 2 groups left in flight");
   static_assert(sizeof(T) == 2 && sizeof(TB) == 2, "wgmma_gemm_rs: fp16/bf16 A and B");
   constexpr int WM = M / WG_M;
   constexpr int MI = WM / 64, NT = N / 8, KT = K / 16;
@@ -180,6 +180,17 @@ __device__ __forceinline__ void wgmma_gemm_rs(const T* A, const TB* B, float* C)
   wgmma_wait_group<PENDING>();
 #pragma unroll
   for (int i = 0; i < MI * NT * 4; ++i) wgmma_fence_operand(C[i]);
+}
+
+// tl.cuda.attention_overlap (tl.PipelineCUDA): the scores' gemm is issued with PENDING = 2 (no wait: at most it
+// and the previous block's P V are in flight), the P V gemm of the previous block behind it with PENDING = 1 (its
+// return means the scores' group is done). wgmma_acc_ready<W, N> waits until at most W groups are in flight and
+// then ties the N accumulators to that point (the empty asm of wgmma_gemm_*: ptxas may not read them earlier).
+template <int W, int NREGS>
+__device__ __forceinline__ void wgmma_acc_ready(float* C) {
+  if (W >= 0) wgmma_wait_group<(W < 0 ? 0 : W)>();
+#pragma unroll
+  for (int i = 0; i < NREGS; ++i) wgmma_fence_operand(C[i]);
 }
 
 // After a loop of wgmma_gemm_ss<..., PENDING = 1>: wait for the last group, then the NREGS accumulators are final.
