@@ -6,12 +6,12 @@
   without a producer warpgroup (``tl.disable_warp_specialized``); the flash-attention forward with its 4-D K/V
   boxes, a producer warpgroup and two consumer warpgroups in ping-pong (the default TMA attention:
   test_cuda_wgmma_attention.py);
-* catches: consumers that never release a stage (a deadlock, reported with what every thread waits on), a
-  producer waiting on the wrong phase of a release barrier or not waiting at all (its TMA load races with the
-  wgmma reading the stage), consumers releasing a stage their wgmma group in flight still reads, a named barrier
-  of one warpgroup where two wrote the tile, a staging slab rewritten before its TMA store has read it, consumers
-  waiting on the wrong phase (they read a stage before its load lands), and a tensor map whose swizzle is not the
-  one the wgmma descriptors read (wrong numbers).
+* catches: consumers that never release a stage or never flip their phase bit (deadlocks, reported with what
+  every thread waits on), a producer waiting on the wrong phase of a release barrier or not waiting at all (its
+  TMA load races with the wgmma reading the stage), consumers releasing a stage their wgmma group in flight still
+  reads, a named barrier of one warpgroup where two wrote the tile, a staging slab rewritten before its TMA store
+  has read it (races), consumers waiting on the inverted phase (they read a stage before its load lands), and a
+  tensor map whose swizzle is not the one the wgmma descriptors read (wrong numbers).
 
 The emulator is pure Python: one or two blocks of small problems per test.
 """
@@ -167,6 +167,17 @@ def test_emulator_reports_consumers_waiting_on_the_wrong_phase_of_a_stage():
     # parity 1 of a fresh barrier is satisfied at once: the wgmma reads the stage before its TMA boxes land
     with pytest.raises(EmulationError, match="wgmma reads .* never written"):
         _gemm(SMALL, edit=lambda f: _waits(f, "tma_bar", _flip_parity))
+
+
+def test_emulator_reports_a_deadlock_of_consumers_that_never_flip_their_phase_bit():
+    # parity 0 at every step: right for the first use of each stage, wrong from step 3 on: stage 0 has completed
+    # its second phase (tile 3), the consumers wait for a third that never comes; the producer has exited
+    def parity_0(call: Any) -> Any:
+        return tirx.Evaluate(tirx.call_extern("int32", call.args[0].value, call.args[1], tirx.IntImm("uint32", 0)))
+
+    with pytest.raises(EmulationError, match=r"deadlock: .*\(128 of 256 exited\); threads 0-127: wait on mbarrier "
+                                             r"tma_bar .* for parity 0 \(2 phases completed"):
+        _gemm(SMALL, edit=lambda f: _waits(f, "tma_bar", parity_0))
 
 
 def test_emulator_reports_a_tma_load_into_a_stage_not_yet_released():
