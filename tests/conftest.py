@@ -47,6 +47,7 @@ XDIST_FIRST: tuple[str, ...] = (
     "test_workbench_notebook.py",
     "test_differential_fuzz.py",
     "test_cuda_wgmma_attention.py",
+    "test_cuda_emulator_tma.py",
 )
 XDIST_UNITS = Units(TESTS_DIR, XDIST_GROUPS, XDIST_FIRST)
 
