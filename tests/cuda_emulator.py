@@ -741,11 +741,13 @@ class Emulator:
         self._mbar_progress(bar, th.block)
 
     def _release_into(self, bar: _Mbar, th: _Thread) -> None:
+        """What ``th`` did so far is ordered before what the threads whose waits this phase satisfies do after."""
         vc = th.block.vc
         np.maximum(bar.vc, vc[th.tid], out=bar.vc)
         vc[th.tid, th.tid] += 1
 
     def _mbar_progress(self, bar: _Mbar, blk: _Block) -> None:
+        """Complete ``bar``'s phase once its arrivals and bytes are all in, and wake the waits it satisfies."""
         if bar.pending or bar.tx:
             return
         bar.phases += 1
@@ -1165,6 +1167,7 @@ class _Scheduler:
             self.deadlock()
 
     def advance(self, t: int) -> None:
+        """Run thread ``t`` until it waits (a satisfied mbarrier wait does not stop it) or exits."""
         g = self.gens[t]
         reply, self.replies[t] = self.replies[t], None
         while True:
@@ -1260,6 +1263,7 @@ class _Scheduler:
             self.emu.problem(f"threads meet at bar.sync {bid} with counts {self.named[bid]} and {count}")
 
     def complete(self, key: Any) -> None:
+        """If all the threads the collective ``key`` needs are there: perform it and let them run on."""
         tids = self.groups.get(key)
         extra, released = self.arrived.get(key, (0, None))
         if tids is None or len(tids) + extra < self.expected(key):
