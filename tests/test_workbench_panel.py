@@ -228,6 +228,19 @@ def test_sweep_fills_the_plots_and_skips_measured_configs(wk, db):
     assert panel.explorer.results["64/64/128/2/128"].status == "compile_error"
 
 
+def test_a_plot_view_opened_after_a_sweep_draws_its_points(wk, db):
+    # a browser creates the figures' views from their synchronised state; plotly refreshes that state only when a
+    # figure is displayed by itself, and the panel's sit in boxes: a slow browser (a loaded CI machine) opened the
+    # views after the sweep's update messages had gone by and showed empty plots under "sweep done"
+    panel = TuningPanel(wk, TUNE, db=db, debounce_s=0)
+    panel.wait(120)
+    assert panel.sweep("block_M=32,64 block_N=64").result(timeout=300) == 1
+    for fig in panel.plots.figures:
+        assert fig._widget_data == fig._data, fig.layout.title.text  # what a view opened now would draw
+    session = next(t for t in panel.plots.throughput._widget_data if t.get("name") == "this session")
+    assert len(session["x"]) == 2
+
+
 def test_history_from_earlier_sessions_is_plotted(wk, db):
     first = TuningPanel(wk, TUNE, db=db, debounce_s=0)
     first.wait(120)

@@ -299,6 +299,7 @@ class TuningPanel:
         self.resources.value = table_html(session, self.names, best, self.explorer.cached(self.config()))
         with self.plots.throughput.batch_update():
             color_points(self.plots.throughput.data[1], session)
+        self.plots.sync_state()
 
     def _load_ceilings(self) -> None:
         self.explorer.ceilings()

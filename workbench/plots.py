@@ -176,6 +176,22 @@ class TuningPlots:
             _hline(self.error, 1.0, "limit: pass \u2264 1", _RED, log=True)
             self.error.layout.yaxis.range = log_range([v for t in d for v in (t.y or ())] + [1.0])
         self._roofline(session, current, best, ceilings)
+        self.sync_state()
+
+    def sync_state(self) -> None:
+        """Make each figure's synchronised widget state what the figure now shows.
+
+        A ``FigureWidget``'s updates reach the browser as messages to the views that exist when they are sent; a
+        view created later draws the widget's synchronised state, which plotly refreshes only when the figure
+        itself is displayed (``_repr_mimebundle_``), not when it sits inside a box as the panel's do. In a browser
+        slow to create the views (a loaded machine) the whole session's updates could go by first, leaving empty
+        plots after "sweep done". The browser's existing views ignore this state change (their data came by the
+        messages), so it costs one state message per figure."""
+        from copy import deepcopy
+
+        for fig in self.figures:
+            fig._widget_data = deepcopy(fig._data)
+            fig._widget_layout = deepcopy(fig._layout_obj._props)
 
     def _roofline(self, session: list[Any], current: Any, best: Any, ceilings: Any) -> None:
         names = self.names
