@@ -37,8 +37,14 @@ fi
 report="${OUT:-/tmp}/gpu-suite-junit.xml"
 log="${OUT:-/tmp}/gpu-suite.log"
 
-cmd=(python3 -m pytest -q -p no:cacheprovider -o addopts="" --junitxml="$report" tests/gpu tests/test_cuda_gpu.py
-     tests/test_export_cuda.py "$@")
+# a hung kernel (a producer waiting on a barrier nobody arrives at) stops its test after 120 s, with the test named,
+# instead of the whole call (2026-12-02: one hang cost a 600 s device call); pytest-timeout is on the GPU host
+watchdog=()
+if python3 -c "import pytest_timeout" >/dev/null 2>&1; then
+    watchdog=(--timeout "${GPU_TEST_TIMEOUT:-120}" --timeout-method=thread)
+fi
+cmd=(python3 -m pytest -q -p no:cacheprovider -o addopts="" --junitxml="$report" "${watchdog[@]}" tests/gpu
+     tests/test_cuda_gpu.py tests/test_export_cuda.py "$@")
 if [ -n "$sanitizer" ]; then
     # host API errors are cuda-bindings probing driver entry points (cuGetProcAddress), not kernel faults
     cmd=(compute-sanitizer --tool "$sanitizer" --target-processes all --report-api-errors no --error-exitcode 99
