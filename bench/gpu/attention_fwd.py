@@ -114,7 +114,19 @@ def bench_shape(dt: str, key: tuple[int, int, int, int, bool], cfgs: list[tuple[
         tri_s = f", {t_tri / t:.2f}x Triton" if t_tri else ""
         print(f"  {label:24s} {t * 1e3:8.1f} us clean ({fl / t / 1e9:4.0f} TF/s) {t_ref / t:.2f}x SDPA"
               f"{tri_s}; do_bench {d * 1e3:.1f} us ({d_ref / d:.2f}x); max|err| {err:.1e}; "
-              f"build {build:.1f} s", flush=True)
+              f"build {build:.1f} s{_resources(kern)}", flush=True)
+
+
+def _resources(kern: Any) -> str:
+    """"; 168 regs, 0 spills" and ptxas's first performance warning (wgmma serialised ...), or "" when unknown."""
+    try:
+        r = kern.resources()
+    except Exception:  # noqa: BLE001 - no cubin or no cuobjdump: the timing stands without it
+        return ""
+    if r is None:
+        return ""
+    warn = f"; ptxas: {r.warnings[0][:160]}" if r.warnings else ""
+    return f"; {r.registers} regs, {r.spills} spill bytes{warn}"
 
 
 def main() -> None:
