@@ -147,6 +147,9 @@ def chromium_page(width: int = 1400, height: int = 1000) -> Iterator[Any]:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
             page = browser.new_page(viewport={"width": width, "height": height})
+            page.console_errors = []  # the page's console errors and uncaught exceptions, for failure messages
+            page.on("console", lambda m: m.type == "error" and page.console_errors.append(m.text[:500]))
+            page.on("pageerror", lambda e: page.console_errors.append(f"uncaught: {e}"[:500]))
             yield page
         finally:
             browser.close()

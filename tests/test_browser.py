@@ -35,6 +35,32 @@ MARKERS = """() => {
   return gd ? gd.querySelectorAll('.scatterlayer path.point').length : -1;
 }"""
 STATUS = "() => { const s = document.querySelector('.wb-panel .wb-status'); return s ? s.innerText.trim() : ''; }"
+# what a failed wait reports: every panel's plots (trace name -> points) and status, the notebook's printed outputs
+PAGE_STATE = """() => {
+  const panels = [...document.querySelectorAll('.wb-panel')].map(p => ({
+    status: (p.querySelector('.wb-status') || {}).innerText || '',
+    plots: [...p.querySelectorAll('.js-plotly-plot')].map(gd => (gd.data || []).map(
+      t => `${t.name}:${t.x ? t.x.length : -1}`).join(' ')),
+  }));
+  const w = window.jupyterapp.shell.currentWidget;
+  const printed = w && w.content ? w.content.widgets.filter(c => c.model.type === 'code').map(
+    c => c.model.outputs.toJSON().filter(o => o.output_type === 'stream').map(o => o.text).join('')) : [];
+  return {panels, printed};
+}"""
+
+
+def wait_for(page, condition: str, timeout_ms: int) -> None:
+    """``page.wait_for_function``, failing with what the page shows (plots, status lines, the cells' printed
+    outputs, console errors) instead of a bare timeout."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(condition, timeout=timeout_ms)
+    except PlaywrightTimeout:
+        state = page.evaluate(PAGE_STATE)
+        errors = getattr(page, "console_errors", [])
+        raise AssertionError(f"not reached in {timeout_ms / 1000:.0f} s: {condition}\nthe page: {state}\n"
+                             f"console errors: {errors[-20:]}") from None
 
 
 # Layout at the default 1400 px viewport, file browser open: every slider's readout inside the panel and not cut,
@@ -102,9 +128,9 @@ def test_panel_slider_moved_with_the_keyboard_updates_the_plot(tuning_page):
     page = tuning_page
     panel = page.locator(PANEL)
     panel.scroll_into_view_if_needed()
-    page.wait_for_function(f"() => ({POINTS})() >= 4", timeout=180_000)  # initial, block_M=128, sweep x2
+    wait_for(page, f"() => ({POINTS})() >= 4", 180_000)  # initial, block_M=128, sweep x2
     # the status line is redrawn just after the plots: wait for it rather than race it
-    page.wait_for_function(f"() => ({STATUS})().includes('block_M=64')", timeout=180_000)
+    wait_for(page, f"() => ({STATUS})().includes('block_M=64')", 180_000)
     before_points = page.evaluate(POINTS)
     before_markers = page.evaluate(MARKERS)
     before_status = page.evaluate(STATUS)
@@ -113,9 +139,8 @@ def test_panel_slider_moved_with_the_keyboard_updates_the_plot(tuning_page):
     handle = page.locator(".wb-panel .wb-knob-block_M .noUi-handle >> nth=0")
     handle.focus()
     page.keyboard.press("ArrowLeft")  # 64 -> 32: a configuration not measured yet
-    page.wait_for_function(
-        f"() => ({POINTS})() > {before_points} && ({STATUS})().includes('block_M=32') && "
-        f"({STATUS})().includes('PASS')", timeout=120_000)
+    wait_for(page, f"() => ({POINTS})() > {before_points} && ({STATUS})().includes('block_M=32') && "
+                   f"({STATUS})().includes('PASS')", 120_000)
     after_status = page.evaluate(STATUS)
     assert after_status != before_status
     assert page.evaluate(POINTS) == before_points + 1
