@@ -75,6 +75,25 @@ def test_a_bad_key_or_value_is_an_error_naming_the_key_what_is_accepted_and_what
         assert all(w in str(e.value) for w in words), str(e.value)
 
 
+def _bad_value(option):
+    """A value ``option`` refuses: a non-bool for a switch, a string for an int, a name not among the choices."""
+    if option.kind == "bool":
+        return 1
+    if option.kind == "int":
+        return "2"
+    return "not-a-choice"
+
+
+@pytest.mark.parametrize("key", sorted(OPTIONS))
+def test_every_key_refuses_a_value_of_the_wrong_kind_naming_the_key_and_the_value(key):
+    option = OPTIONS[key]
+    bad = _bad_value(option)
+    with pytest.raises(ValueError) as e:
+        resolve({key: bad})
+    assert repr(key) in str(e.value) and option.accepted() in str(e.value) and repr(bad) in str(e.value), str(e.value)
+    assert resolve({key: option.default})[key] == option.default  # its default is accepted
+
+
 def test_pass_configs_must_be_a_dict():
     with pytest.raises(TypeError, match="pass_configs: expected a dict"):
         tilelang.jit(pass_configs=[("tl.cuda.split_k", 1)])
