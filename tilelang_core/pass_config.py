@@ -54,6 +54,7 @@ class PassConfigKey:
     TL_CUDA_ATTENTION_OVERLAP = "tl.cuda.attention_overlap"
     TL_CUDA_WS_KEEP_OCCUPANCY = "tl.cuda.ws_keep_occupancy"
     TL_CUDA_TMA_STORE = "tl.cuda.tma_store"
+    TL_CUDA_CLUSTER = "tl.cuda.cluster"
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,8 @@ class Option:
     def accepted(self) -> str:
         if self.kind == "bool":
             return "True or False"
+        if self.kind == "cluster":
+            return "a tuple of 1 to 3 positive ints whose product is 1, 2 or 4"
         if self.choices:
             return "one of " + ", ".join(repr(c) for c in self.choices)
         return f"an int >= {self.minimum}" if self.minimum is not None else "an int"
@@ -87,6 +90,13 @@ class Option:
                 ok = value in self.choices
         elif self.kind == "choice":
             ok = isinstance(value, str) and value in self.choices
+        elif self.kind == "cluster":  # a thread-block cluster shape, kept as (x, y, z)
+            ok = isinstance(value, (tuple, list)) and 1 <= len(value) <= 3 and \
+                all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+            shape = (*value, *(1,) * (3 - len(value))) if ok else ()
+            ok = ok and shape[0] * shape[1] * shape[2] in (1, 2, 4)
+            if ok:
+                return shape
         if not ok:
             raise ValueError(f"pass_configs[{self.key!r}]: expected {self.accepted()}, got {value!r}")
         return value
@@ -165,6 +175,11 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "through a swizzled shared staging ring and TMA stores (cp.async.bulk.tensor, ragged edges clipped by "
            "the tensor map), issued by one thread, instead of each thread's register stores; off by default until "
            "measured on the H200 (transform/cuda/sm90/tma_store.py; why a kernel keeps register stores is noted)"),
+    Option(K.TL_CUDA_CLUSTER, "cluster", (1, 1, 1), "CUDA sm_90a, a warp-specialised TMA wgmma GEMM loop: launch "
+           "the grid in thread-block clusters of this shape ((2, 1): pairs of blocks along blockIdx.x) and load "
+           "each operand tile the cluster's blocks share once, TMA-multicast into every block's shared memory "
+           "(each block loads a slice); (1, 1, 1) is off; off by default until measured on the H200 "
+           "(transform/cuda/sm90/cluster.py; why a kernel is not clustered is noted)"),
     Option(K.TL_CUDA_COMPILER, "choice", "auto", "CUDA: what turns CUDA C into a cubin: 'nvcc', 'nvrtc' (the CUDA "
            "Python bindings) or 'auto' (nvcc when found, else NVRTC)", choices=("auto", "nvcc", "nvrtc")),
 ]}
