@@ -54,6 +54,7 @@ class PassConfigKey:
     TL_CUDA_ATTENTION_OVERLAP = "tl.cuda.attention_overlap"
     TL_CUDA_WS_KEEP_OCCUPANCY = "tl.cuda.ws_keep_occupancy"
     TL_CUDA_TMA_STORE = "tl.cuda.tma_store"
+    TL_CUDA_WGMMA_WRITTEN_TILES = "tl.cuda.wgmma_written_tiles"
     TL_CUDA_CLUSTER = "tl.cuda.cluster"
 
 
@@ -180,6 +181,10 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "each operand tile the cluster's blocks share once, TMA-multicast into every block's shared memory "
            "(each block loads a slice); (1, 1, 1) is off; off by default until measured on the H200 "
            "(transform/cuda/sm90/cluster.py; why a kernel is not clustered is noted)"),
+    Option(K.TL_CUDA_WGMMA_WRITTEN_TILES, "bool", False, "CUDA sm_90a: a T.gemm whose shared A or B tile is "
+           "written by the program's threads (a T.Parallel nest such as a weight dequantisation, a T.fill) takes "
+           "wgmma too, the writes going to the wgmma swizzled layout; False keeps mma.sync for such tiles; off by "
+           "default until measured on the H200 (docs/cuda.md, the dequantised prefill)"),
     Option(K.TL_CUDA_COMPILER, "choice", "auto", "CUDA: what turns CUDA C into a cubin: 'nvcc', 'nvrtc' (the CUDA "
            "Python bindings) or 'auto' (nvcc when found, else NVRTC)", choices=("auto", "nvcc", "nvrtc")),
 ]}

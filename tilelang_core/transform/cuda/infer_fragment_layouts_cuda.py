@@ -337,6 +337,7 @@ def _wgmma_choice(col: _Collect, classes: list[tuple[Any, list[Any]]], arch: str
     if arch != "sm_90a" or not col.gemms:
         return [], {}, []
     off = not options[PassConfigKey.TL_CUDA_WGMMA]
+    written_ok = bool(options[PassConfigKey.TL_CUDA_WGMMA_WRITTEN_TILES])
     why: dict[int, str] = {}  # gemm index -> reason it keeps mma.sync
     for n, (_, ops, plan, reason) in enumerate(col.gemms):
         if off:
@@ -345,7 +346,7 @@ def _wgmma_choice(col: _Collect, classes: list[tuple[Any, list[Any]]], arch: str
             why[n] = reason
         else:
             for key in ("a", "b"):
-                if ops[key].buffer in col.other_writes:
+                if ops[key].buffer in col.other_writes and not written_ok:
                     why[n] = (f"the shared {key.upper()} tile {ops[key].buffer.name} is written by something other "
                               "than T.copy (a T.Parallel nest or tile op; the dequant fusion reads it with mma.sync)")
     row_fed = set()
