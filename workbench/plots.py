@@ -1,4 +1,4 @@
-"""The tuning panel's plots (plotly ``FigureWidget``): throughput, error against the reference, and the roofline.
+"""The tuning panel's plots (plotly figures in ``PlotWidget``): throughput, error against the reference, roofline.
 
 Why this module exists: the three figures are how the user reads a tuning session, and building them is separate
 from the panel's wiring. Each figure has fixed, named traces whose data is replaced inside ``batch_update()`` (one
@@ -18,6 +18,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from .plot_widget import PlotWidget
 from .tunables import full_label, short_label
 
 ERROR_FLOOR = 1e-6  # an exact result (margin 0) is drawn here on the log axis: six decades under the limit
@@ -112,7 +113,7 @@ class TuningPlots:
         def scatter(name: str, **kw: Any) -> go.Scatter:
             return go.Scatter(x=[], y=[], name=name, hoverinfo="text", **kw)
 
-        self.throughput = go.FigureWidget(
+        self.throughput = PlotWidget(
             data=[scatter("earlier sessions", mode="markers", marker=dict(color=_GREY, size=7)),
                   scatter("this session", mode="markers", marker=dict(color=_BLUE, size=9)),
                   scatter("best", mode="markers", marker=dict(symbol="star", color=_GOLD, size=16,
@@ -120,7 +121,7 @@ class TuningPlots:
                   scatter("current", mode="markers", marker=dict(symbol="circle-open", color="black", size=18,
                                                                  line=dict(width=2)))],
             layout=_layout(f"throughput ({unit})", cfg, unit, xaxis_type="category"))
-        self.error = go.FigureWidget(
+        self.error = PlotWidget(
             data=[scatter("earlier sessions", mode="markers", marker=dict(color=_GREY, size=7)),
                   scatter("this session", mode="markers", marker=dict(color=_BLUE, size=9)),
                   scatter("current", mode="markers", marker=dict(symbol="circle-open", color="black", size=18,
@@ -129,7 +130,7 @@ class TuningPlots:
                            "worst |a-b| / (atol + rtol\u00b7|b|)", xaxis_type="category",
                            yaxis=dict(title="worst |a-b| / (atol+rtol\u00b7|b|)", automargin=True, **LOG_AXIS)))
         roof_x = "arithmetic intensity (FLOP/byte)" if unit == "GFLOP/s" else cfg
-        self.roofline = go.FigureWidget(
+        self.roofline = PlotWidget(
             data=[go.Scatter(x=[], y=[], name="ceilings", mode="lines", hoverinfo="text",
                              line=dict(color="black", width=2)),
                   scatter("this session", mode="markers", marker=dict(color=_BLUE, size=9)),
@@ -179,19 +180,10 @@ class TuningPlots:
         self.sync_state()
 
     def sync_state(self) -> None:
-        """Make each figure's synchronised widget state what the figure now shows.
-
-        A ``FigureWidget``'s updates reach the browser as messages to the views that exist when they are sent; a
-        view created later draws the widget's synchronised state, which plotly refreshes only when the figure
-        itself is displayed (``_repr_mimebundle_``), not when it sits inside a box as the panel's do. In a browser
-        slow to create the views (a loaded machine) the whole session's updates could go by first, leaving empty
-        plots after "sweep done". The browser's existing views ignore this state change (their data came by the
-        messages), so it costs one state message per figure."""
-        from copy import deepcopy
-
+        """Send every figure's current state to the browser (edits made inside ``batch_update`` are sent already;
+        an unchanged figure sends nothing)."""
         for fig in self.figures:
-            fig._widget_data = deepcopy(fig._data)
-            fig._widget_layout = deepcopy(fig._layout_obj._props)
+            fig.push()
 
     def _roofline(self, session: list[Any], current: Any, best: Any, ceilings: Any) -> None:
         names = self.names
