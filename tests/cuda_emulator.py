@@ -221,7 +221,12 @@ class _Thread:
     """One thread: its variables and its private (register / local) allocations; ``tid`` -1 outside the launch."""
 
     def __init__(self, block: _Block, tid: int, env: dict[Any, Any]) -> None:
+        # ``tid``: the thread's index in its scheduler and vector clocks (in a cluster: rank * threads + ltid);
+        # ``ltid``: its threadIdx.x; ``rank``: its block's rank in the cluster; ``shared``: its block's allocations
         self.block, self.tid = block, tid
+        self.ltid, self.rank = tid, 0
+        self.shared: dict[Any, _Storage] = block.shared
+        self.coords: dict[str, int] = {}  # blockIdx.x / .y / .z of its block
         self.env = dict(env)
         self.local: dict[Any, _Storage] = {}
         # cp.async: copies issued since the last commit, and the committed groups still in flight (oldest first);
@@ -249,6 +254,8 @@ class _Block:
         # the shared bytes each warpgroup's wgmma group left in flight (PENDING = 1) still reads, and the lanes that
         # have not retired it yet (a wait_group: the next wgmma, tl::wgmma_drain)
         self.in_flight: dict[int, list[tuple[_Storage, np.ndarray, set[int]]]] = {}
+        # a thread-block cluster run as one scheduling unit: each rank's shared allocations (None: one block)
+        self.rank_shared: list[dict[Any, _Storage]] | None = None
 
     def retire(self, group: int, lanes: list[int]) -> None:
         """``lanes`` of warpgroup ``group`` wait for its wgmma group in flight: its reads are done at their clocks."""
@@ -297,6 +304,13 @@ class Emulator:
         self.views: dict[Any, tuple[Any, Any]] = {}  # declared buffer -> (buffer it views, its element offset)
         self.globals: dict[Any, _Storage] = {}
         self.threads = 0
+        # thread-block clusters (``tl.cluster_dims``, sm90/cluster.py): the blocks of a cluster run together, so
+        # the launch collects every block (its body, blockIdx values, thread variable) before running any
+        attrs = self.func.attrs
+        self.cluster = tuple(int(c) for c in attrs["tl.cluster_dims"]) if attrs is not None and \
+            "tl.cluster_dims" in attrs else None
+        self.pending: list[tuple[Any, _Thread, Any, int]] = []
+        self.grid_depth = 0
 
     # -- entry -----------------------------------------------------------------------------------------
     def run(self, tensors: list[torch.Tensor]) -> None:
@@ -326,7 +340,7 @@ class Emulator:
             root, eo = self.views[buf]
             off += self.scalar(eo, th) if eo is not None else 0
             buf = root
-        st = th.local.get(buf) or th.block.shared.get(buf) or self.globals.get(buf)
+        st = th.local.get(buf) or th.shared.get(buf) or self.globals.get(buf)
         if st is None:
             raise EmulationError(f"buffer {buf.name} used before its allocation")
         return st, off
@@ -586,8 +600,8 @@ class Emulator:
             n *= self.scalar(x, th)
         nbytes = n * np.dtype(_STORAGE[str(buf.dtype)]).itemsize
         if scope.startswith("shared"):
-            if buf not in th.block.shared:
-                th.block.shared[buf] = _fresh(buf.name, nbytes, shared=True, track=True, width=th.block.width)
+            if buf not in th.shared:
+                th.shared[buf] = _fresh(buf.name, nbytes, shared=True, track=True, width=th.block.width)
         else:  # local / local.var: private to the thread, fresh at each allocation
             th.local[buf] = _fresh(buf.name, nbytes, shared=False, track=True)
 
@@ -683,6 +697,18 @@ class Emulator:
         if m:
             self._tma_load(int(m[1]), int(m[2]), args, th)
             return
+        # thread-block clusters (tl/cluster.cuh)
+        if fname == "tl::cluster_sync":
+            yield ("cluster",)
+            return
+        m = re.fullmatch(r"tl::mbar_arrive_cluster<(\d+)>", fname)
+        if m:
+            self._mbar_arrive_cluster(int(m[1]), args, th)
+            return
+        m = re.fullmatch(r"tl::tma_load_2d_multicast<(\d+)>", fname)
+        if m:
+            self._tma_load(2, int(m[1]), args, th, multicast=True)
+            return
         m = re.fullmatch(r"tl::tma_store_([2-5])d<(\d+)>", fname)
         if m:
             self._tma_store(int(m[1]), int(m[2]), args, th)
@@ -716,7 +742,9 @@ class Emulator:
         blk = th.block
         if init is not None:
             name = expr.args[0].source.name if isinstance(expr, tvm.ir.Call) else ptr.storage.name
-            blk.mbars[key] = _Mbar(f"{name} (shared byte {b})", init, init, 0, 0, np.zeros(blk.width, np.int32))
+            where = f"block {th.rank}, " if blk.rank_shared is not None else ""
+            blk.mbars[key] = _Mbar(f"{name} ({where}shared byte {b})", init, init, 0, 0,
+                                   np.zeros(blk.width, np.int32))
         bar = blk.mbars.get(key)
         if bar is None:
             self.problem(f"thread {th.tid} uses the mbarrier at {ptr.storage.name} byte {b} before tl::mbar_init")
@@ -800,22 +828,65 @@ class Emulator:
             self.problem(f"{op} covers {st.name} bytes {d0}..{d0 + gbytes.size} outside its {len(st.data)}")
         return mp, glob, inside, gbytes, st, phys
 
-    def _tma_load(self, rank: int, index: int, args: list[Any], th: _Thread) -> None:
+    def _tma_load(self, rank: int, index: int, args: list[Any], th: _Thread, multicast: bool = False) -> None:
         """``tl::tma_load_<rank>d<index>(dst, bar, c0 ..)``: the box of tensor map ``index`` (``tl.tma_maps``) at
         coordinates ``c0`` (innermost) .., zero outside the tensor, written into shared memory at ``dst`` (see
-        :meth:`_tma_box`) at once (the copy completes when issued), then its bytes complete on ``bar``."""
-        op = f"tl::tma_load_{rank}d<{index}>"
-        if len(args) != 2 + rank:
+        :meth:`_tma_box`) at once (the copy completes when issued), then its bytes complete on ``bar``.
+        ``multicast`` (``tl::tma_load_2d_multicast<index>(dst, bar, mask, c0, c1)``): the same box written at
+        ``dst``'s offset into the shared memory of every block of the cluster whose rank is set in ``mask``, its
+        bytes completing on the mbarrier at ``bar``'s offset in each of them."""
+        op = f"tl::tma_load_{rank}d{'_multicast' if multicast else ''}<{index}>"
+        if len(args) != 2 + multicast + rank:
             self.problem(f"{op} with {len(args)} arguments")
         _mp, src, inside, gbytes, st, phys = self._tma_box(op, rank, index, args, th)
         data = np.where(inside[:, None], src.data[gbytes], 0).astype(np.uint8).reshape(-1)
-        bar = self._mbar(self.pointer(args[1], th), th, args[1])
-        self._track_bytes(st, th, phys, write=True, who=f"the TMA load of thread {th.tid}")
-        st.data[phys] = data
-        # complete_tx: the copy's writes are released into the barrier's phase with the bytes
-        self._release_into(bar, th)
-        bar.tx -= len(data)
-        self._mbar_progress(bar, th.block)
+        dst, barp = self.pointer(args[0], th), self.pointer(args[1], th)
+        targets = [(st, barp)]
+        if multicast:
+            mask = self.scalar(args[2], th)
+            size = len(th.block.rank_shared or [None])
+            if not 0 < mask < 1 << size:
+                self.problem(f"{op}: a multicast mask of {mask:#x} in a cluster of {size} blocks")
+            targets = [(self._peer(dst, th, r).storage, self._peer(barp, th, r)) for r in range(size)
+                       if mask >> r & 1]
+        for dst_st, bar_ptr in targets:
+            bar = self._mbar(bar_ptr, th, args[1])
+            self._track_bytes(dst_st, th, phys, write=True, who=f"the TMA load of thread {th.tid}")
+            dst_st.data[phys] = data
+            # complete_tx: the copy's writes are released into the barrier's phase with the bytes
+            self._release_into(bar, th)
+            bar.tx -= len(data)
+            self._mbar_progress(bar, th.block)
+
+    def _peer(self, ptr: _Pointer, th: _Thread, rank: int) -> _Pointer:
+        """``mapa``: the element at ``ptr``'s offset in the shared memory of the cluster's block ``rank``."""
+        peers = th.block.rank_shared
+        if peers is None:
+            if rank != 0:
+                self.problem(f"thread {th.tid} addresses block {rank} of a cluster in a kernel without clusters")
+            return ptr
+        if not 0 <= rank < len(peers):
+            self.problem(f"thread {th.tid} addresses block {rank} of a cluster of {len(peers)}")
+        buf = next((b for b, st in th.shared.items() if st is ptr.storage), None)
+        if buf is None or buf not in peers[rank]:
+            self.problem(f"{ptr.storage.name}: not a shared allocation of every block of the cluster")
+        return _Pointer(peers[rank][buf], ptr.elem, ptr.dtype)
+
+    def _mbar_arrive_cluster(self, n: int, args: list[Any], th: _Thread) -> None:
+        """``tl::mbar_arrive_cluster<n>(bar)``: one arrival on the mbarrier at ``bar``'s offset in each of the
+        cluster's blocks 0 .. n-1 (a remote arrival releases what the thread did before into that phase)."""
+        size = len(th.block.rank_shared or [None])
+        if n != size:
+            self.problem(f"tl::mbar_arrive_cluster<{n}> in a cluster of {size} blocks")
+        ptr = self.pointer(args[0], th)
+        for r in range(n):
+            bar = self._mbar(self._peer(ptr, th, r), th, args[0])
+            if bar.pending == 0:
+                self.problem(f"thread {th.tid} arrives on mbarrier {bar.label} of block {r} whose phase "
+                             f"{bar.phases} already has its {bar.count} arrivals")
+            self._release_into(bar, th)
+            bar.pending -= 1
+            self._mbar_progress(bar, th.block)
 
     def _tma_store(self, rank: int, index: int, args: list[Any], th: _Thread) -> None:
         """``tl::tma_store_<rank>d<index>(src, c0 ..)``: the box at ``src`` (through the map's swizzle) into the
@@ -847,7 +918,7 @@ class Emulator:
         acc, slabs = _PtrBuf(self.pointer(args[0], th)), self.pointer(args[1], th)
         lg = 1 if np.dtype(_STORAGE[slabs.dtype]).itemsize == 2 else 0
         mask = swz // 16 - 1
-        warp, lane = th.tid // WARP, th.tid % WARP
+        warp, lane = th.ltid // WARP, th.ltid % WARP
         g = warp // 4
         gr, gc = g // warp_n, g % warp_n
         slab = _PtrBuf(_Pointer(slabs.storage, slabs.elem + gc * rows * w, slabs.dtype))
@@ -872,12 +943,14 @@ class Emulator:
         warpgroup, and the warpgroups' counts must fit the register file."""
         if regs % 8 or not 24 <= regs <= 256:
             self.problem(f"setmaxnreg<{regs}>: a count of 24 .. 256 registers, a multiple of 8")
-        wg = th.tid // 128
+        wg = th.ltid // 128
         blk = th.block
-        if blk.regs.setdefault(wg, regs) != regs:
-            self.problem(f"the threads of warpgroup {wg} ask setmaxnreg for {blk.regs[wg]} and {regs} registers")
-        if sum(blk.regs.values()) * 128 > 65536:
-            self.problem(f"setmaxnreg: the warpgroups ask for {dict(blk.regs)} registers per thread, more than the "
+        key = th.rank * 1024 + wg  # per block of a cluster: each runs on its own SM
+        if blk.regs.setdefault(key, regs) != regs:
+            self.problem(f"the threads of warpgroup {wg} ask setmaxnreg for {blk.regs[key]} and {regs} registers")
+        mine = {k % 1024: v for k, v in blk.regs.items() if k // 1024 == th.rank}
+        if sum(mine.values()) * 128 > 65536:
+            self.problem(f"setmaxnreg: the warpgroups ask for {mine} registers per thread, more than the "
                          "65536 of an SM")
 
     # -- cp.async (tl/copy.cuh) --------------------------------------------------------------------------
@@ -950,7 +1023,7 @@ class Emulator:
             if threads > 1:
                 yield ("sync",)
                 for k in range(d):
-                    self._raw_store(th, ps, th.tid * d + k, self._raw_load(th, pv, k))
+                    self._raw_store(th, ps, th.ltid * d + k, self._raw_load(th, pv, k))
                 yield ("sync",)
                 for k in range(d):
                     v = self._raw_load(th, ps, k)
@@ -966,7 +1039,7 @@ class Emulator:
             self._raw_store(th, pv, k, v)
         if threads > WARP:
             w_count = threads // WARP
-            warp, lane = th.tid // WARP, th.tid % WARP
+            warp, lane = th.ltid // WARP, th.ltid % WARP
             yield ("sync",)
             if lane == 0:
                 for k in range(d):
@@ -990,7 +1063,7 @@ class Emulator:
             self._raw_store(th, pv, k, v)
         if warp_n > 1:
             ps = _PtrBuf(self.pointer(args[1], th))
-            warp, lane = th.tid // WARP, th.tid % WARP
+            warp, lane = th.ltid // WARP, th.ltid % WARP
             wr = warp // warp_n
             yield ("sync",)
             if lane % 4 == 0:
@@ -1041,7 +1114,8 @@ class Emulator:
         pending = pend >= 1
         group = 32 if mma else 128
         threads = wg_m * wg_n * group
-        if tids[-1] >= threads:
+        local = [t % self.threads for t in tids]  # threadIdx.x (a cluster's schedule numbers its blocks' threads on)
+        if local[-1] >= threads:
             self.problem(f"{'mma.sync' if mma else 'wgmma'} over a {wg_m} x {wg_n} grid ({threads} threads) issued by "
                          f"threads {tids[0]}..{tids[-1]}")
         b_ptr = tokens[0][2][1]
@@ -1049,7 +1123,7 @@ class Emulator:
             self.problem("the threads of a warpgroup pass different B tiles to one wgmma")
         # the part of A and B this group reads (wgmma.cuh: warpgroup g = (gr, gc) owns the m64 blocks
         # mi * WG_M + gr and the column slice gc * WN ..; mma.sync: the whole tiles)
-        wg = tids[0] // group
+        wg = local[0] // group
         rows_used = np.arange(M) if mma else np.nonzero((np.arange(M) // 64) % wg_m == wg // wg_n)[0]
         cols_used = np.arange(N) if mma else np.nonzero(np.arange(N) // (N // wg_n) == wg % wg_n)[0]
         b_vals, b_elems = _wgmma_tile(b_ptr, N if tb else K, K if tb else N, swb, "B", mma)
@@ -1066,7 +1140,7 @@ class Emulator:
         else:  # A from the registers of every thread, in the wgmma layout of its own M x K tile
             alay = (FragmentLayout.mma if mma else FragmentLayout.wgmma)((M, K), threads, wg_m, 1)
             a = np.full((M, K), np.nan, dtype=np.float32)
-            for t, tok in zip(tids, tokens):
+            for t, tok in zip(local, tokens):
                 ap = tok[2][0]
                 if ap.storage.shared:
                     self.problem("the A operand of a register-A wgmma is in shared memory")
@@ -1099,7 +1173,7 @@ class Emulator:
                     st.avc[nbytes[:, None], g[None, :]] = block.vc[g, g][None, :]
         prod = a.astype(np.float32) @ b.astype(np.float32)
         clay = (FragmentLayout.mma if mma else FragmentLayout.wgmma)((M, N), threads, wg_m, wg_n)
-        for t, tok in zip(tids, tokens):
+        for t, tok in zip(local, tokens):
             pc = _PtrBuf(tok[2][2])
             th = _Thread(_Block(), t, {})
             for r in range(clay.num_regs):
@@ -1113,14 +1187,22 @@ class Emulator:
         tag = str(iv.thread_tag)
         n = self.scalar(s.value, th)
         if tag.startswith("blockIdx"):
+            self.grid_depth += 1
             for b in range(n):
                 inner = _Thread(_Block(), -1, th.env)
+                inner.coords = {**th.coords, tag: b}
                 inner.env[iv.var] = np.array([b], dtype=np.int64)
                 yield from self._gen(s.body, inner)
+            self.grid_depth -= 1
+            if self.grid_depth == 0 and self.cluster is not None:
+                self._run_clusters()
             return
         if tag != "threadIdx.x":
             raise NotImplementedError(f"emulator: launch over {tag}")
         self.threads = n
+        if self.cluster is not None:
+            self.pending.append((s.body, th, iv.var, n))
+            return
         self._run_block(s.body, th, iv.var, n)
 
     def _run_block(self, body: Any, outer: _Thread, tvar: Any, n: int) -> None:
@@ -1135,6 +1217,37 @@ class Emulator:
         block.sched = _Scheduler(self, block, [self._gen(body, th) for th in threads])
         block.sched.run()
 
+    def _run_clusters(self) -> None:
+        """Every cluster of the collected blocks, one after the other; the blocks of a cluster together: one
+        scheduler over all their threads (thread ``rank * n + t``: thread ``t`` of the block of that rank; ranks
+        ``x % cx + (y % cy) * cx``, as %cluster_ctarank), one vector clock per thread of the cluster, each block's own
+        shared memory and barriers (``__syncthreads`` and named barriers meet within a block)."""
+        cx, cy, cz = self.cluster
+        clusters: dict[tuple[int, int, int], dict[int, tuple[Any, _Thread, Any, int]]] = {}
+        for body, outer, tvar, n in self.pending:
+            x, y, z = (outer.coords.get(f"blockIdx.{d}", 0) for d in "xyz")
+            rank = x % cx + (y % cy) * cx + (z % cz) * cx * cy
+            clusters.setdefault((x // cx, y // cy, z // cz), {})[rank] = (body, outer, tvar, n)
+        self.pending = []
+        size = cx * cy * cz
+        for key, blocks in sorted(clusters.items()):
+            if len(blocks) != size:
+                self.problem(f"cluster {key} has {len(blocks)} of its {size} blocks: the grid is not a multiple of "
+                             f"the cluster shape {self.cluster}")
+            n = blocks[0][3]
+            block = _Block(n * size)
+            block.rank_shared = [{} for _ in range(size)]
+            gens = []
+            for r in range(size):
+                body, outer, tvar, _ = blocks[r]
+                for t in range(n):
+                    th = _Thread(block, r * n + t, outer.env)
+                    th.ltid, th.rank, th.shared, th.coords = t, r, block.rank_shared[r], outer.coords
+                    th.env[tvar] = np.array([t], dtype=np.int64)
+                    gens.append(self._gen(body, th))
+            block.sched = _Scheduler(self, block, gens, per_block=n)
+            block.sched.run()
+
 
 class _Scheduler:
     """Runs the threads of one block: each runs until it yields a token it must wait at, then the next runnable
@@ -1146,16 +1259,19 @@ class _Scheduler:
     threads' vector clocks meet; a satisfied mbarrier wait acquires the clocks released into the completed phase.
     No runnable thread while some wait: a deadlock, reported with what each thread waits on."""
 
-    def __init__(self, emu: Emulator, block: _Block, gens: list[Iterator[Any]]) -> None:
+    def __init__(self, emu: Emulator, block: _Block, gens: list[Iterator[Any]], per_block: int = 0) -> None:
         self.emu, self.block, self.gens = emu, block, gens
         n = len(gens)
         self.n = n
+        # the threads of one block (a cluster's scheduler runs several: barriers 0..15 meet within a block; the
+        # ("cluster",) token, barrier.cluster, across all of them)
+        self.per_block = per_block or n
         self.ready: deque[int] = deque(range(n))
         self.replies: list[Any] = [None] * n
         self.waiting: dict[int, Any] = {}  # thread -> the token it waits at
         self.exited: set[int] = set()
         self.groups: dict[Any, list[int]] = {}  # a collective (its key) -> the threads arrived at it
-        self.named: dict[int, int] = {}  # named barrier id -> its thread count (while threads wait there)
+        self.named: dict[tuple[int, int], int] = {}  # (block, barrier id) -> its thread count while in use
         self.mbar_waiters: dict[int, list[int]] = {}  # id(mbarrier) -> waiting threads
         # bar.arrive: a named barrier's arrivals that do not wait (their count, the clocks they released)
         self.arrived: dict[Any, tuple[int, np.ndarray]] = {}
@@ -1210,9 +1326,11 @@ class _Scheduler:
     def key(self, t: int, tok: Any) -> Any:
         kind = tok[0]
         if kind == "sync":
-            return ("bar", 0)
+            return ("bar", t // self.per_block, 0)
         if kind == "named":
-            return ("bar", tok[1])
+            return ("bar", t // self.per_block, tok[1])
+        if kind == "cluster":
+            return ("cluster",)
         if kind in ("syncwarp", "shfl"):
             return (kind, t // WARP)
         if kind == "wgmma":
@@ -1224,9 +1342,12 @@ class _Scheduler:
         """How many threads complete the collective ``key`` now."""
         kind = key[0]
         if kind == "bar":
-            if key[1] == 0 and key[1] not in self.named:
-                return self.n - len(self.exited)
-            return self.named[key[1]]
+            if key[2] == 0 and key[1:] not in self.named:
+                lo = key[1] * self.per_block
+                return sum(1 for x in range(lo, lo + self.per_block) if x not in self.exited)
+            return self.named[key[1:]]
+        if kind == "cluster":
+            return self.n - len(self.exited)
         if kind == "syncwarp":
             lanes = range(key[1] * WARP, min(self.n, (key[1] + 1) * WARP))
             return sum(1 for x in lanes if x not in self.exited)
@@ -1237,17 +1358,17 @@ class _Scheduler:
     def arrive(self, t: int, tok: Any) -> None:
         key = self.key(t, tok)
         if tok[0] == "named":
-            self.check_named(tok[1], tok[2])
-        elif tok[0] == "sync" and 0 in self.named:
-            self.emu.problem(f"__syncthreads while threads wait at bar.sync 0, {self.named[0]}")
+            self.check_named(t, tok[1], tok[2])
+        elif tok[0] == "sync" and key[1:] in self.named:
+            self.emu.problem(f"__syncthreads while threads wait at bar.sync 0, {self.named[key[1:]]}")
         self.groups.setdefault(key, []).append(t)
         self.complete(key)
 
     def bar_arrive(self, t: int, bid: int, count: int) -> None:
         """``bar.arrive bid, count``: thread ``t`` counts at the barrier and runs on; what it did before is ordered
         before what the waiting threads do after the barrier completes."""
-        self.check_named(bid, count)
-        key = ("bar", bid)
+        self.check_named(t, bid, count)
+        key = ("bar", t // self.per_block, bid)
         n, vc = self.arrived.get(key, (0, np.zeros(self.block.width, np.int32)))
         np.maximum(vc, self.block.vc[t], out=vc)
         self.block.vc[t, t] += 1
@@ -1255,12 +1376,13 @@ class _Scheduler:
         self.groups.setdefault(key, [])
         self.complete(key)
 
-    def check_named(self, bid: int, count: int) -> None:
-        if count % WARP or not 0 < count <= self.n:
+    def check_named(self, t: int, bid: int, count: int) -> None:
+        if count % WARP or not 0 < count <= self.per_block:
             self.emu.problem(f"bar.sync {bid}, {count}: a thread count that is a multiple of 32 up to the "
-                             f"block's {self.n}")
-        if self.named.setdefault(bid, count) != count:
-            self.emu.problem(f"threads meet at bar.sync {bid} with counts {self.named[bid]} and {count}")
+                             f"block's {self.per_block}")
+        key = (t // self.per_block, bid)
+        if self.named.setdefault(key, count) != count:
+            self.emu.problem(f"threads meet at bar.sync {bid} with counts {self.named[key]} and {count}")
 
     def complete(self, key: Any) -> None:
         """If all the threads the collective ``key`` needs are there: perform it and let them run on."""
@@ -1269,11 +1391,11 @@ class _Scheduler:
         if tids is None or len(tids) + extra < self.expected(key):
             return
         if len(tids) + extra > self.expected(key):
-            self.emu.problem(f"{len(tids) + extra} threads at bar.sync {key[1]}, {self.expected(key)}")
+            self.emu.problem(f"{len(tids) + extra} threads at bar.sync {key[-1]}, {self.expected(key)}")
         del self.groups[key]
         self.arrived.pop(key, None)
         if key[0] == "bar":
-            self.named.pop(key[1], None)
+            self.named.pop(key[1:], None)
         if released is not None:  # the arrivals' clocks, through the barrier, to its waiting threads
             for t in tids:
                 np.maximum(self.block.vc[t], released, out=self.block.vc[t])
@@ -1293,7 +1415,7 @@ class _Scheduler:
 
     def on_exit(self, t: int) -> None:
         """An exited thread no longer counts at ``__syncthreads`` and ``__syncwarp``."""
-        for key in (("bar", 0), ("syncwarp", t // WARP)):
+        for key in (("bar", t // self.per_block, 0), ("syncwarp", t // WARP), ("cluster",)):
             self.complete(key)
 
     def deadlock(self) -> None:
@@ -1321,6 +1443,8 @@ class _Scheduler:
             return f"a warp shuffle of warp {t // WARP} ({have} of 32 lanes there)"
         if kind == "syncwarp":
             return f"__syncwarp of warp {t // WARP} ({have} of {self.expected(key)} lanes there)"
+        if kind == "cluster":
+            return f"barrier.cluster ({have} of the cluster's {self.expected(key)} threads there)"
         return f"a {tok[1][0]} gemm of {'warp' if key[2] == WARP else 'warpgroup'} {key[1]} ({have} of {key[2]} there)"
 
 

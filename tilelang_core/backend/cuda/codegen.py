@@ -113,6 +113,8 @@ def _tma_source(source: str, kname: str, nmaps: int) -> str:
     (``tl::TmaDescs<n> tl_tmaps``, in the declaration and the definition), and each ``tl::tma_load_2d<i>`` reads
     map ``i`` of it (the TIR cannot name a parameter TVM does not know)."""
     source = re.sub(r"tl::tma_load_([1-5])d<(\d+)>\(", r"tl::tma_load_\1d(&tl_tmaps.m[\2], ", source)
+    # the multicast loads of a thread-block cluster (sm90/cluster.py)
+    source = re.sub(r"tl::tma_load_2d_multicast<(\d+)>\(", r"tl::tma_load_2d_multicast(&tl_tmaps.m[\1], ", source)
     # TMA stores of the epilogue (sm90/tma_store.py); a kernel whose tensors all go through maps has no other
     # parameter left
     source = re.sub(r"tl::tma_store_2d<(\d+)>\(", r"tl::tma_store_2d(&tl_tmaps.m[\1], ", source)

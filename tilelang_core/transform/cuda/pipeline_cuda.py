@@ -79,7 +79,7 @@ from .common import (
     sync_stmt,
 )
 from .layouts import MMA_DTYPES, dtype_bytes, is_wgmma_swizzle
-from .sm90 import overlap, tma
+from .sm90 import cluster, overlap, tma
 from .sm90 import warp_specialize as ws
 
 
@@ -254,6 +254,11 @@ class PipelineCUDA(Rewriter):
         self.ws_producers: list[Any] = []  # its loads, with the scalars set before the loop inlined
         loop = _thread_loop(func)
         self.body = loop.body if loop is not None else func.body  # what the thread loop's statements bind
+        # tl.cuda.cluster: the shape asked for, the plan when the warp-specialised loop takes it, else why not
+        self.cluster_shape = cluster.requested(options)
+        self.cluster_plan: cluster.ClusterPlan | None = None
+        self.cluster_why = ""
+        self.block_vars, self.grid = cluster.block_vars_and_grid(func)
 
     def _is_wgmma(self, gemm: Any) -> bool:
         lay = self.layouts.get(Region.of(gemm.value.args[2]).buffer)
@@ -331,6 +336,8 @@ class PipelineCUDA(Rewriter):
         in_flight = self._wgmma_in_flight(consumers, remap, stages)
         dist = prefetch_distance(stages, in_flight is not None)
         copies = self._tma_copies(producers)
+        if copies is None:
+            self.cluster_why = self.cluster_why or "the loop's loads are not TMA boxes (cp.async, or not sm_90)"
         if copies is not None:
             single_gemm = len(consumers) == 1 and isinstance(consumers[0], tirx.Evaluate) and \
                 tile_op_name(consumers[0]) == "tl.gemm" and self._is_wgmma(consumers[0])
@@ -340,6 +347,8 @@ class PipelineCUDA(Rewriter):
                                               general=not single_gemm)
             if ws_why:
                 self.fused_notes.append(f"{_line(s)}T.Pipelined loop is not warp-specialised: {ws_why}")
+            self.cluster_why = self.cluster_why or "the loop is not warp-specialised (the TMA pipeline without a " \
+                "producer warpgroup has no multicast form)"
             release = None
             if single_gemm and self.threads and self.options[PassConfigKey.TL_CUDA_TMA_RELEASE]:
                 release = "in_flight" if in_flight is not None else "wait0"
@@ -510,9 +519,31 @@ class PipelineCUDA(Rewriter):
                                         (s_loc, s_lay.num_regs), (o_loc, o_lay.num_regs), release)
         if after_loop:
             drain = seq([drain, *after_loop]) if drain is not None else seq(after_loop)
+        cplan = None  # the cluster plan (not "plan": the overlap closure above reads that name)
+        if self.cluster_shape is not None and general:
+            self.cluster_why = "the loop body is not one wgmma T.gemm (clusters are built for the GEMM mainloop)"
+        elif self.cluster_shape is not None:
+            stmts = _flatten(self.body)
+            at = next((i for i, x in enumerate(stmts) if isinstance(x, tirx.For) and x.loop_var.same_as(k)),
+                      len(stmts))
+
+            def map_index(m: tma.TmaMap) -> int:
+                if m not in self.tma_maps:
+                    self.tma_maps.append(m)
+                return self.tma_maps.index(m)
+
+            cplan, why = cluster.plan(self.cluster_shape, self.ws_producers, copies, self.tma_maps,
+                                     ws.shared_binds(stmts[:at]), self.block_vars, self.grid, map_index,
+                                     lambda p: Region.of(p.value.args[0]))
+            if cplan is None:
+                self.cluster_why = why
+            elif why:
+                self.fused_notes.append(f"{_line(s)}tl.cuda.cluster: {why}; those tiles are loaded whole by each "
+                                        "block")
+            self.cluster_plan = cplan
         both, split = ws.ws_loop(s, k, k0, n, stages, self.ws_producers, copies, remap, cons, self.tid, self.threads,
                                  in_flight is not None, self.ana.simplify, base, drain, general, before,
-                                 self.ws_extent, overlapped)
+                                 self.ws_extent, overlapped, cplan)
         self.ws_applied = (base, self.ws_extent)
         return seq([*both, split], s.span)
 
@@ -685,9 +716,24 @@ def pipeline_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT, arch: str 
     if pipe.ws_applied:
         base, n = pipe.ws_applied
         func = _split_thread_body(func)
-        func, note = ws.persist(func, base, n, _persistent_ctas(options, arch))
+        ctas = _persistent_ctas(options, arch)
+        if pipe.cluster_plan is not None:  # a clustered kernel keeps one block per tile
+            func, note = ws.persist(func, base, n, None)
+            func = cluster.finish(func, pipe.cluster_plan)
+            cp = pipe.cluster_plan
+            shared = [mc.axis for mc in cp.multicast if mc is not None]
+            note = (f"cluster: {cp.cx}x{cp.cy} blocks, {len(shared)} of {len(cp.multicast)} tile loads multicast "
+                    f"(each block loads 1/{max(mc.parts for mc in cp.multicast if mc is not None)} and writes it "
+                    "into every block sharing the tile)" + ("; not persistent (a clustered kernel keeps one block "
+                                                             "per tile)" if ctas is not None else ""))
+        else:
+            func, note = ws.persist(func, base, n, ctas)
         if note:
             pipe.fused_notes.append(note)
+    if pipe.cluster_shape is not None and pipe.cluster_plan is None:
+        cx, cy, cz = pipe.cluster_shape
+        pipe.fused_notes.append(f"tl.cuda.cluster ({cx}, {cy}, {cz}) not applied: "
+                                f"{pipe.cluster_why or 'the kernel has no T.Pipelined TMA GEMM loop'}")
     if pipe.tma_maps:
         func = func.with_attr(tma.ATTR_TMA_MAPS, tma.encode_maps(pipe.tma_maps))
     if pipe.fused_notes:

@@ -50,7 +50,7 @@ def ws_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, producers: list[Any], 
             remap: dict[Any, Any], consumer: Any, tid: Any, threads: int, in_flight: bool, simplify: Any,
             base: Any, drain: Any = None, general: bool = False,
             before: list[Any] | None = None, n_producer: Any = None,
-            overlapped: Any = None) -> tuple[list[Any], Any]:
+            overlapped: Any = None, cluster: Any = None) -> tuple[list[Any], Any]:
     """(statements every thread runs first, the ``tl.ws_split`` attribute) for the loop ``s``; ``consumer`` is the
     consumer part of one iteration (the wgmma ``T.gemm`` on stage ``(base + k0) % stages``), ``drain`` what the
     consumers run after the loop. ``base``: the k-steps of earlier output tiles of this block (0 unless
@@ -62,7 +62,8 @@ def ws_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, producers: list[Any], 
     split of :func:`register_split`'s ``general`` form.
     ``before``: what the consumers run before their loop (the ping-pong's first turn). ``n_producer``: the trip
     count as the producer computes it (``n`` with the scalars the consumers set before the loop inlined; the
-    producer runs none of those statements)."""
+    producer runs none of those statements). ``cluster``: a :class:`.cluster.ClusterPlan` (thread-block clusters
+    with multicast loads: its module docstring), or None."""
     n_producer = n if n_producer is None else n_producer
     # ``overlapped``: a function (this iteration's stage, the previous one's, release(stage)) -> (the iteration's
     # statements, after(n, last stage)) building a body that releases stages itself (sm90/overlap.py)
@@ -79,12 +80,16 @@ def ws_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, producers: list[Any], 
 
     init = [extern("tl::mbar_init", ptr(full, tirx.IntImm("int32", j)), tirx.IntImm("uint32", 1))
             for j in range(stages)]
-    init += [extern("tl::mbar_init", ptr(empty, tirx.IntImm("int32", j)), tirx.IntImm("uint32", threads // 32))
-             for j in range(stages)]
+    blocks = 1 if cluster is None else cluster.size  # a stage is free once every block's consumers released it
+    init += [extern("tl::mbar_init", ptr(empty, tirx.IntImm("int32", j)),
+                    tirx.IntImm("uint32", threads // 32 * blocks)) for j in range(stages)]
     both = [tirx.AllocBuffer(full), tirx.AllocBuffer(empty),
             tirx.AttrStmt(zero, ATTR_BOTH, zero, seq([
                 tirx.IfThenElse(tirx.EQ(tid, zero), seq([*init, extern("tl::mbar_fence_init")]), None),
-                sync_stmt()]))]
+                sync_stmt(), *([extern("tl::cluster_sync")] if cluster is not None else [])]))]
+
+    def arrive(bar: Any) -> Any:
+        return extern("tl::mbar_arrive", bar) if cluster is None else cluster.arrive(bar)
 
     # the producer: its own loop variable (the consumer loop keeps the program's)
     kp = tvm.ir.Var(f"{k.name}_load", dtype_of(k) or "int32")
@@ -96,11 +101,14 @@ def ws_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, producers: list[Any], 
     if const_int(base) != 0 or const_int(n_producer) is None or const_int(n_producer) > stages:
         body.append(tirx.IfThenElse(simplify(tirx.GE(g, stages)), free, None))
     body.append(extern("tl::mbar_expect_tx", ptr(full, stage), tirx.IntImm("uint32", stage_bytes)))
-    for p, c in zip(producers, copies):
+    for i, (p, c) in enumerate(zip(producers, copies)):
         span = p.span  # the user's T.copy line, kept on its TMA loads (source-line builds)
         p = substitute(p, {k: kp})
         src, dst = Region.of(p.value.args[0]), Region.of(p.value.args[1])
-        body += box_loads(c, c.rank, list(src.mins), remap[dst.buffer], stage, ptr(full, stage), simplify, span)
+        if cluster is not None and cluster.multicast[i] is not None:  # this block's slice, to every block sharing it
+            body += cluster.loads(i, list(src.mins), remap[dst.buffer], stage, ptr(full, stage), simplify, span)
+        else:
+            body += box_loads(c, c.rank, list(src.mins), remap[dst.buffer], stage, ptr(full, stage), simplify, span)
     producer = tirx.For(kp, s.min, n_producer, tirx.ForKind.SERIAL, seq(body), None, None, None, s.span)
 
     g = k0 + base
@@ -110,13 +118,13 @@ def ws_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, producers: list[Any], 
     after = [drain] if drain is not None else []
     if in_flight:  # step k's wait_group 1 retired step k-1's group: its stage is free
         release = tirx.IfThenElse(tirx.And(simplify(tirx.GE(k0, 1)), lane0),
-                                  extern("tl::mbar_arrive", ptr(empty, simplify(tirx.floormod(g - 1, stages)))),
+                                  arrive(ptr(empty, simplify(tirx.floormod(g - 1, stages)))),
                                   None)
         # the last step's stage, once the drain has retired its group (the next tile's loads wait for it)
-        after.append(tirx.IfThenElse(lane0, extern("tl::mbar_arrive", ptr(empty, simplify(
+        after.append(tirx.IfThenElse(lane0, arrive(ptr(empty, simplify(
             tirx.floormod(base + n - 1, stages)))), None))
     else:
-        release = tirx.IfThenElse(lane0, extern("tl::mbar_arrive", ptr(empty, cstage)), None)
+        release = tirx.IfThenElse(lane0, arrive(ptr(empty, cstage)), None)
         if general:  # every lane of the warp is done with the stage before lane 0 says so
             release = seq([extern("__syncwarp"), release])
     if overlapped is not None:

@@ -4,3 +4,4 @@
 #include "tl/tl.cuh"
 #include "tl/wgmma.cuh"
 #include "tl/tma.cuh"
+#include "tl/cluster.cuh"

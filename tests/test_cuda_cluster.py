@@ -1,0 +1,187 @@
+"""Thread-block clusters with TMA multicast for the warp-specialised wgmma GEMM on sm_90a (pass_configs
+``tl.cuda.cluster``, ``transform/cuda/sm90/cluster.py``), checked without a GPU: the option, the generated CUDA C
+(``__cluster_dims__``, one multicast box per shared tile slice, the stage releases to every block, the cluster
+barriers), ptxas for sm_90a and the SASS (``UTMALDG.2D.MULTICAST``), the notes where it does not apply, and the
+CUDA emulator running the blocks of each cluster together against torch (and catching a release to the own block
+only, and a full barrier that expects only the own slice). The GPU test is tests/gpu/test_cluster_gemm.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+import tilelang_core as tilelang
+from tilelang_core.backend.cuda import codegen as cuda_codegen
+from tilelang_core.backend.cuda import find_nvcc
+from tilelang_core.pass_config import PassConfigKey, resolve
+from tilelang_core.quickstart import matmul_relu
+from tilelang_core.transform.cuda.common import extern_name
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cuda_emulator import EmulationError, Emulator, is_close_fraction  # noqa: E402
+
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found: the sm_90a compile tests need it")
+SM90A = {"kind": "cuda", "arch": "sm_90a"}
+KEY = PassConfigKey.TL_CUDA_CLUSTER
+
+
+def _notes(args: tuple, pass_configs: dict[str, Any] | None, arch: str = "sm_90a") -> list[str]:
+    mod = cuda_codegen.lower(matmul_relu.get_program(*args), arch=arch, options=resolve(pass_configs))
+    func = mod["main"]
+    return [str(n) for n in func.attrs["tl.notes"]] if "tl.notes" in func.attrs else []
+
+
+def _source(args: tuple, pass_configs: dict[str, Any] | None) -> str:
+    mod = cuda_codegen.lower(matmul_relu.get_program(*args), arch="sm_90a", options=resolve(pass_configs))
+    return cuda_codegen.generate(mod, arch="sm_90a", options=resolve(pass_configs)).source
+
+
+# -- the option ------------------------------------------------------------------------------------------------
+
+def test_the_cluster_shape_is_validated_kept_as_xyz_and_part_of_the_key():
+    assert resolve({KEY: (2, 1)})[KEY] == (2, 1, 1)
+    assert resolve({KEY: [1, 2]})[KEY] == (1, 2, 1)
+    assert resolve({KEY: (1, 1)}).key() == resolve(None).key()  # (1, 1, 1) is the default: off
+    assert resolve({KEY: (2, 1)}).key() != resolve({KEY: (1, 2)}).key() != resolve(None).key()
+    for bad in [(3, 1), (2, 2, 2), (0, 2), (2.0, 1), (True, 2), (), (1, 1, 1, 1), "2x1", 2]:
+        with pytest.raises(ValueError, match="product is 1, 2 or 4"):
+            resolve({KEY: bad})
+
+
+# -- the generated code ----------------------------------------------------------------------------------------
+
+GEMM = (256, 256, 256, 128, 128, 64, 3, 128, "float16")  # a 2 x 2 grid of 128 x 128 tiles, 4 k-steps on 3 stages
+
+
+@pytest.mark.parametrize("shape,shared", [((2, 1), "A"), ((1, 2), "B")])
+def test_the_shared_operand_is_multicast_in_slices_and_stages_are_released_to_every_block(shape, shared):
+    src = _source(GEMM, {KEY: shape})
+    cx, cy = shape
+    assert f"__global__ void __cluster_dims__({cx}, {cy}, 1) " in src
+    loads = [ln for ln in src.splitlines() if "tl::tma_load_2d" in ln]
+    multicast = [ln for ln in loads if "tl::tma_load_2d_multicast(" in ln]
+    # A (128 x 64): one column block; B (64 x 128): two. The shared tile is loaded in halves of its rows.
+    assert len(multicast) == (1 if shared == "A" else 2) and len(loads) == 3, loads
+    assert src.count("tl::mbar_arrive_cluster<2>(") == 2  # in the loop (stage k-1) and after the drain
+    assert "tl::mbar_arrive(" not in src
+    assert src.count("tl::cluster_sync();") == 2  # after the barriers' initialisation, and at the end
+    assert "(uint)8);" in src  # empty barriers: 4 consumer warps x 2 blocks
+    assert "tile_iter" not in src
+
+
+def test_the_key_off_leaves_the_kernel_byte_identical():
+    assert _source(GEMM, {KEY: (1, 1, 1)}) == _source(GEMM, None)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("shape", [(2, 1), (1, 2), (2, 2)])
+def test_ptxas_builds_it_for_sm_90a_and_the_sass_has_multicast_tma_loads(shape):
+    k = tilelang.compile(matmul_relu.get_program(*GEMM), out_idx=[-1], target=SM90A,
+                         pass_configs={KEY: shape, "tl.cuda.split_k": 1})
+    res = k.resources()
+    assert res is not None and res.spill_stores == 0 and res.spill_loads == 0
+    assert res.registers <= 168, res.registers  # the unclustered build: 154 (measured for this file, ptxas 13.0)
+    sass = k.get_kernel_source("sass")
+    assert "UTMALDG.2D.MULTICAST" in sass
+    assert "UCGABAR_ARV" in sass and "UCGABAR_WAIT" in sass  # barrier.cluster
+    # of a k-step's three boxes (A: one, B: two) the shared ones are multicast (the producer loop may be unrolled)
+    n_multicast, n_all = sass.count("UTMALDG.2D.MULTICAST"), sass.count("UTMALDG.2D")
+    assert n_multicast * 3 == n_all * {(2, 1): 1, (1, 2): 2, (2, 2): 3}[shape], (n_multicast, n_all)
+
+
+# -- where it does not apply --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args,pass_configs,arch,why", [
+    ((256, 384, 256, 128, 128, 64, 3, 128, "float16"), {KEY: (2, 1)}, "sm_90a",
+     "blockIdx.x extent 3 is not a multiple of the cluster's 2"),
+    ((256, 256, 256, 128, 256, 64, 3, 256, "float16"), {KEY: (2, 1)}, "sm_90a",
+     "blockIdx.x extent 1 is not a multiple"),
+    (GEMM, {KEY: (2, 1), "tl.disable_warp_specialized": True}, "sm_90a", "the loop is not warp-specialised"),
+    (GEMM, {KEY: (2, 1), "tl.disable_tma_lower": True}, "sm_90a", "not TMA boxes"),
+    (GEMM, {KEY: (2, 1)}, "sm_80", "not TMA boxes"),
+    (GEMM, {KEY: (1, 1, 4)}, "sm_90a", "z must be 1"),
+])
+def test_a_cluster_that_does_not_apply_is_noted_and_the_launch_stays(args, pass_configs, arch, why):
+    notes = _notes(args, {**pass_configs, "tl.cuda.split_k": 1}, arch)
+    found = [n for n in notes if "tl.cuda.cluster" in n]
+    assert found and why in found[0], notes
+    mod = cuda_codegen.lower(matmul_relu.get_program(*args), arch=arch,
+                             options=resolve({**pass_configs, "tl.cuda.split_k": 1}))
+    assert "tl.cluster_dims" not in mod["main"].attrs
+
+
+def test_a_clustered_kernel_is_not_made_persistent_and_says_so():
+    notes = _notes((4096, 4096, 256, 128, 256, 64, 4, 256, "float16"), {KEY: (2, 1)})
+    assert any("not persistent" in n and "cluster: 2x1" in n for n in notes), notes
+
+
+# -- the emulator: the blocks of a cluster together --------------------------------------------------------------
+
+def _emulate(args: tuple, shape: tuple[int, ...], edit: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+    M, N, K = args[:3]
+    g = torch.Generator().manual_seed(sum(shape) * 7 + M)
+    a, b = torch.randn(M, K, generator=g).half(), torch.randn(K, N, generator=g).half()
+    emu = Emulator(matmul_relu.get_program(*args), "sm_90a", {KEY: shape, "tl.cuda.split_k": 1})
+    assert emu.cluster == (*shape, 1)
+    if edit is not None:
+        emu.func = edit(emu.func)
+    c = torch.full((M, N), float("nan"), dtype=torch.float16)
+    emu.run([a, b, c])
+    return c, torch.relu(a.double() @ b.double())
+
+
+@pytest.mark.parametrize("shape", [(2, 1), (1, 2)])
+def test_emulated_clusters_of_the_quickstart_gemm_match_torch(shape):
+    c, ref = _emulate(GEMM, shape)
+    assert is_close_fraction(c, ref, rtol=1e-2, atol=1e-2) == 0.0
+
+
+def test_an_emulated_two_by_two_cluster_multicasting_both_operands_matches_torch():
+    c, ref = _emulate((256, 256, 64, 128, 128, 32, 2, 128, "float16"), (2, 2))
+    assert is_close_fraction(c, ref, rtol=1e-2, atol=1e-2) == 0.0
+
+
+def _rewrite(fn: Any) -> Any:
+    def edit(func: Any) -> Any:
+        def visit(x: Any) -> Any:
+            v = x.value
+            return fn(v, extern_name(v)) or x if isinstance(v, tvm.ir.Call) else x
+
+        return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.Evaluate, visit)]))
+
+    return edit
+
+
+SMALL = (256, 128, 128, 128, 64, 32, 2, 128, "float16")  # 2 x 2 blocks, 4 k-steps on 2 stages
+
+
+def test_the_emulator_catches_a_release_to_the_own_block_only():
+    def own_only(v: Any, name: str | None) -> Any:
+        if name == "tl::mbar_arrive_cluster<2>":
+            return tirx.Evaluate(tirx.call_extern("int32", "tl::mbar_arrive", v.args[1]))
+        if name == "tl::mbar_init" and int(v.args[2].value) == 8:  # the empty barriers: the own 4 warps
+            return tirx.Evaluate(tirx.call_extern("int32", "tl::mbar_init", v.args[1], tirx.IntImm("uint32", 4)))
+        return None
+
+    with pytest.raises(EmulationError, match="shared-memory race.*TMA load of thread"):
+        _emulate(SMALL, (2, 1), _rewrite(own_only))
+
+
+def test_the_emulator_catches_a_full_barrier_that_expects_only_the_own_slice():
+    def own_bytes(v: Any, name: str | None) -> Any:
+        if name == "tl::mbar_expect_tx":
+            half = tirx.IntImm("uint32", int(v.args[2].value) - 128 * 32 * 2 // 2)  # A's slice of the peer
+            return tirx.Evaluate(tirx.call_extern("int32", "tl::mbar_expect_tx", v.args[1], half))
+        return None
+
+    # the own bytes complete the phase: the consumers' wgmma reads the half the peer's producer (thread 384: block
+    # 1's thread 128) has not yet been ordered before them
+    with pytest.raises(EmulationError, match="wgmma of threads 0..127 reads bytes written by thread 384"):
+        _emulate(SMALL, (2, 1), _rewrite(own_bytes))
