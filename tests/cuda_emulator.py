@@ -632,6 +632,11 @@ class Emulator:
             return
         if fname == "printf":
             return
+        m = re.fullmatch(r"tl::gemm_rb_step<([\d, ]+)>", fname)
+        if m:  # one k-step of mma.sync with B fragments from the threads' registers (include/tl/gemm_frag.cuh)
+            params = tuple(int(x) for x in m[1].split(","))
+            yield ("wgmma", ("mma_rb", params), tuple(self.pointer(a, th) for a in args[:3]))
+            return
         m = re.fullmatch(r"tl::(wgmma_gemm|gemm)_(ss|rs)<([\d, ]+)>", fname)
         if m:
             params = tuple(int(x) for x in m[3].split(","))
@@ -1096,6 +1101,9 @@ class Emulator:
             self.problem(f"the threads of a warpgroup issue different wgmma calls: {sorted(kinds)}")
         form, params = tokens[0][1]
         mma = form.startswith("mma_")  # tl::gemm_ss / tl::gemm_rs (mma.sync): warps, not warpgroups
+        if form == "mma_rb":
+            self._mma_rb(block, tokens, tids, params)
+            return
         if form in ("ss", "mma_ss"):
             if mma:
                 M, N, K, wg_m, wg_n, ta, tb, swa, swb = params[:9]
@@ -1178,6 +1186,62 @@ class Emulator:
             th = _Thread(_Block(), t, {})
             for r in range(clay.num_regs):
                 row, col = clay.element_of(t, r)
+                acc = self._raw_load(th, pc, r)
+                self._raw_store(th, pc, r, (acc + prod[row, col]).astype(np.float32))
+
+    def _mma_rb(self, block: _Block, tokens: list[Any], tids: list[int], params: tuple[int, ...]) -> None:
+        """``tl::gemm_rb_step<M, N, K, WARP_M, WARP_N, SWZ_A, CH, KK>(A, bfrag, C)`` (include/tl/gemm_frag.cuh),
+        issued by the 32 lanes of a warp: C += A[:, ks] B_regs for k-step KK, where lane l (q = l % 4, r = l / 4)
+        feeds the tile's k = (KK / (CH/4)) 4 CH + q CH + (KK % (CH/4)) 4 + e (e = 0..3) with its registers
+        bfrag[ni * 4 + e] (column wc WN + ni 8 + r of B) and with A's elements at those k (from the swizzled shared
+        tile, which must be written and ordered before every lane of the warp, as for tl::gemm_ss)."""
+        from tilelang_core.transform.cuda.layouts import FragmentLayout
+
+        M, N, K, wg_m, wg_n, swa, ch, kk = params
+        steps = ch // 4
+        ks = [(kk // steps) * 4 * ch + q * ch + (kk % steps) * 4 + e for q in range(4) for e in range(4)]
+        a_ptr = tokens[0][2][0]
+        if any(tok[2][0].storage is not a_ptr.storage or tok[2][0].elem != a_ptr.elem for tok in tokens):
+            self.problem("the lanes of a warp pass different A tiles to one tl::gemm_rb_step")
+        a_vals, a_elems = _wgmma_tile(a_ptr, M, K, swa, "A", True)
+        WM, WN = M // wg_m, N // wg_n
+        warp = (tids[0] % self.threads) // WARP
+        wr, wc = warp // wg_n, warp % wg_n
+        rows = np.arange(wr * WM, (wr + 1) * WM)
+        a = a_vals[:, ks]  # M x 16, in the order (q, e)
+        nbytes = _tile_bytes(a_elems[rows][:, ks], a_ptr.dtype)
+        st = a_ptr.storage
+        g = np.asarray(tids, dtype=np.int64)
+        seen = block.vc[g].min(axis=0)
+        if st.inflight is not None and (st.inflight[nbytes] >= 0).any():
+            self.problem(f"mma.sync reads {st.name} bytes that a cp.async is still writing (no cp_async_wait covers "
+                         "them)")
+        if st.written is not None and not st.written[nbytes].all():
+            self.problem(f"mma.sync reads {st.name} bytes that were never written")
+        if st.writer is not None:
+            w = st.writer[nbytes]
+            some = w >= 0
+            late = seen[w[some]] < st.wclk[nbytes][some]
+            if late.any():
+                self.problem(f"shared-memory race on {st.name}: the mma.sync of threads {tids[0]}..{tids[-1]} reads "
+                             f"bytes written by thread {int(w[some][late][0])} that no barrier orders before every "
+                             "lane of the warp")
+            st.avc[nbytes[:, None], g[None, :]] = block.vc[g, g][None, :]
+        b = np.zeros((16, N), dtype=np.float32)
+        for t, tok in zip(tids, tokens):
+            lane = t % WARP
+            pb = _PtrBuf(tok[2][1])
+            th = _Thread(_Block(), t, {})
+            for ni in range(WN // 8):
+                for e in range(4):
+                    b[(lane % 4) * 4 + e, wc * WN + ni * 8 + lane // 4] = self._raw_load(th, pb, ni * 4 + e)[0]
+        prod = a.astype(np.float32) @ b
+        clay = FragmentLayout.mma((M, N), wg_m * wg_n * WARP, wg_m, wg_n)
+        for t, tok in zip(tids, tokens):
+            pc = _PtrBuf(tok[2][2])
+            th = _Thread(_Block(), t, {})
+            for r in range(clay.num_regs):
+                row, col = clay.element_of(t % self.threads, r)
                 acc = self._raw_load(th, pc, r)
                 self._raw_store(th, pc, r, (acc + prod[row, col]).astype(np.float32))
 

@@ -66,6 +66,7 @@ def test_pass_config_keys_are_strings_with_tilelang_names_where_tilelang_has_the
     ({"tl.cuda.split_k_reduce": "global"}, ["'tl.cuda.split_k_reduce'", "'workspace', 'cluster'", "'global'"]),
     ({"tl.cuda.compiler": "clang"}, ["'tl.cuda.compiler'", "'auto', 'nvcc', 'nvrtc'", "'clang'"]),
     ({"tl.disable_tma_lower": "yes"}, ["'tl.disable_tma_lower'", "True or False", "'yes'"]),
+    ({"tl.cuda.dequant_fragments": 1}, ["'tl.cuda.dequant_fragments'", "True or False", "got 1"]),
 ])
 def test_a_bad_key_or_value_is_an_error_naming_the_key_what_is_accepted_and_what_was_given(configs, words):
     for call in (lambda: resolve(configs), lambda: tilelang.jit(pass_configs=configs),

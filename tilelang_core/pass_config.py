@@ -54,6 +54,7 @@ class PassConfigKey:
     TL_CUDA_ATTENTION_OVERLAP = "tl.cuda.attention_overlap"
     TL_CUDA_WS_KEEP_OCCUPANCY = "tl.cuda.ws_keep_occupancy"
     TL_CUDA_TMA_STORE = "tl.cuda.tma_store"
+    TL_CUDA_DEQUANT_FRAGMENTS = "tl.cuda.dequant_fragments"
     TL_CUDA_WGMMA_WRITTEN_TILES = "tl.cuda.wgmma_written_tiles"
     TL_CUDA_CLUSTER = "tl.cuda.cluster"
 
@@ -185,6 +186,11 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "written by the program's threads (a T.Parallel nest such as a weight dequantisation, a T.fill) takes "
            "wgmma too, the writes going to the wgmma swizzled layout; False keeps mma.sync for such tiles; off by "
            "default until measured on the H200 (docs/cuda.md, the dequantised prefill)"),
+    Option(K.TL_CUDA_DEQUANT_FRAGMENTS, "bool", False, "CUDA, mma.sync: a T.gemm whose B tile is written by the "
+           "T.Parallel nest just before it (any elementwise decode of packed weights) and read by nothing else: each "
+           "thread computes its B fragments from the nest's expression in registers, the tile is not materialised "
+           "(tl.DequantFragmentsCUDA; the recogniser tl.FuseDequantGemmCUDA is then not run); off until measured on "
+           "a GPU"),
     Option(K.TL_CUDA_COMPILER, "choice", "auto", "CUDA: what turns CUDA C into a cubin: 'nvcc', 'nvrtc' (the CUDA "
            "Python bindings) or 'auto' (nvcc when found, else NVRTC)", choices=("auto", "nvcc", "nvrtc")),
 ]}

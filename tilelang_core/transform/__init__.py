@@ -64,6 +64,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
     Imported lazily so the CPU path does not load them."""
     from ..pass_config import resolve
     from .cuda.apply_layout_annotations_cuda import apply_layout_annotations_cuda
+    from .cuda.dequant_fragments_cuda import dequant_fragments_cuda
     from .cuda.fast_exp_cuda import fast_exp_cuda
     from .cuda.fp8_encode_cuda import fp8_encode_cuda
     from .cuda.fuse_dequant_gemm_cuda import fuse_dequant_gemm_cuda
@@ -82,6 +83,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
     from .cuda.warp_specialize_cuda import warp_specialize_cuda
 
     opts = resolve(options)
+    fragments = bool(opts[PassConfigKey.TL_CUDA_DEQUANT_FRAGMENTS])
     return [
         ("tl.ValidateTileOps", validate_tile_ops),
         ("tl.CollectImportedSources", collect_imported_sources),
@@ -95,8 +97,11 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
         ("tl.LowerTileViewsCUDA", lower_tile_views_cuda),
         ("tl.InferFragmentLayoutsCUDA", lambda f: infer_fragment_layouts_cuda(f, arch, opts)),
         ("tl.ApplyLayoutAnnotationsCUDA", apply_layout_annotations_cuda),
-        ("tl.FuseDequantGemmCUDA", lambda f: fuse_dequant_gemm_cuda(f, arch, opts)),
+        # tl.cuda.dequant_fragments: the general producer fusion instead of the W4A16 recogniser, after split-K (which
+        # splits the generic form's loop) and before pipelining
+        ("tl.FuseDequantGemmCUDA", lambda f: f if fragments else fuse_dequant_gemm_cuda(f, arch, opts)),
         ("tl.SplitKCUDA", lambda f: split_k_cuda(f, arch, opts)),
+        ("tl.DequantFragmentsCUDA", lambda f: dequant_fragments_cuda(f) if fragments else f),
         ("tl.PipelineCUDA", lambda f: pipeline_cuda(f, opts, arch)),
         ("tl.InsertSyncsCUDA", insert_syncs_cuda),
         ("tl.TmaStoreCUDA", lambda f: tma_store_cuda(f, opts, arch)),

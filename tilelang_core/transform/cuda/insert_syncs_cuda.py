@@ -30,10 +30,17 @@ def _key(buf: Any) -> Any:
     return buf  # buffer Vars hash and compare by identity
 
 
+# device functions that only read the shared memory they are handed (a pointer is otherwise assumed written too):
+# the k-steps of tl.DequantFragmentsCUDA's gemm read A in turn, with no barrier between them
+READ_ONLY_TEMPLATES = ("tl::gemm_rb_step<",)
+
+
 def _accesses(s: Any) -> tuple[set[Any], set[Any]]:
     """(reads, writes) of shared buffers by a leaf statement (a tile op, a T.Parallel nest, a store ...)."""
     reads: set[Any] = set()
     writes: set[Any] = set()
+    if _call_name(s).startswith(READ_ONLY_TEMPLATES):
+        return {ld.source for ld in loads_in(s) if is_shared(ld.source)}, set()
 
     def tile(ev: Any) -> Any:
         name = tile_op_name(ev)
@@ -80,6 +87,14 @@ def _accesses(s: Any) -> tuple[set[Any], set[Any]]:
     tvm_ffi.structural_map(s, [(tirx.Evaluate, tile), (tirx.BufferStore, store), (tvm.ir.Call, call)])
     reads.update(ld.source for ld in loads_in(s))
     return {b for b in reads if is_shared(b)}, {b for b in writes if is_shared(b)}
+
+
+def _call_name(s: Any) -> str:
+    """The device function an ``Evaluate(call_extern(...))`` calls ("" for any other statement)."""
+    if not isinstance(s, tirx.Evaluate) or not isinstance(s.value, tvm.ir.Call) or not s.value.args:
+        return ""
+    name = s.value.args[0]
+    return str(name.value) if isinstance(name, tvm.ir.StringImm) else ""
 
 
 def _is_pipeline_call(s: Any) -> bool:

@@ -8,6 +8,7 @@
 #include "tl/common.cuh"
 #include "tl/copy.cuh"
 #include "tl/gemm.cuh"
+#include "tl/gemm_frag.cuh"
 #include "tl/reduce.cuh"
 #include "tl/splitk.cuh"
 #include "tl/dequant.cuh"

@@ -1,0 +1,170 @@
+"""B fragments computed in registers from a T.gemm's producer nest (tl.DequantFragmentsCUDA), without a GPU.
+
+With ``pass_configs={"tl.cuda.dequant_fragments": True}`` a dequantising GEMM written the ordinary way
+(bench/gpu/dequant_variants.py: a ``T.Parallel`` nest decodes the packed tile into a shared fp16/bf16 tile ``B_s``,
+then ``T.gemm(A_s, B_s, C)``) no longer materialises ``B_s``: each thread evaluates the nest's expression at its own
+mma.sync B fragment elements (k permuted so a lane's weights are one contiguous run) and issues the mma
+(``tl::gemm_rb_step``). Checked here: every variant of the bench (fp16 and bf16, both nibble orders, per-channel,
+group-128 scales, an asymmetric zero point, int8 weights, block_K 64 and 256, a ragged N) against torch through
+tests/cuda_emulator.py; the generated code (no decoded tile, no shared stores but the cp.async of the packed
+bytes, no ldmatrix, no barrier between the k-steps); the notes where the rule does not apply; the option's key."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import tilelang_core as tilelang
+import tilelang_core.language as T
+from tilelang_core.backend.cuda import codegen, find_nvcc
+from tilelang_core.pass_config import resolve
+from tilelang_core.transform.common.notes import read_notes
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT / "bench" / "gpu"))
+
+import dequant_variants as dv  # noqa: E402
+from cuda_emulator import emulate  # noqa: E402
+
+ON = {"tl.cuda.dequant_fragments": True}
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found: the CUDA compile tests need it")
+
+
+def variant(name: str) -> dv.Variant:
+    return next(v for v in dv.VARIANTS if v.name == name)
+
+
+def factory(v: dv.Variant, block_N: int = 128):
+    """The bench's program for ``v`` at decode tiles (16 x block_N x block_K, 4 stages, 128 threads)."""
+
+    @tilelang.jit(out_idx=[-1])
+    def prog(M, N, K):
+        return dv.program(v, M, N, K, **{**dv.tiles(M, v), "block_N": block_N})
+
+    return prog
+
+
+# (variant, M, N, K, block_N): fp16, low nibble first, per-channel scales, block_K 256 (2 K steps), then one change
+# at a time; block_N 64 (two n atoms per warp) keeps the emulation short
+CASES = [
+    ("example_bk256", 16, 64, 512, 64),
+    ("hi_first", 16, 64, 512, 64),
+    ("bf16", 16, 64, 512, 64),
+    ("g128", 16, 64, 512, 64),
+    ("zp_g128", 16, 96, 256, 64),  # asymmetric zero point, groups of 128, ragged N (the second block: 32 rows)
+    ("bk64", 16, 64, 256, 64),  # block_K 64: lane runs of 16 k, 4 K steps
+    ("int8", 16, 64, 512, 64),
+]
+
+
+@pytest.mark.parametrize("name,M,N,K,block_N", CASES, ids=[c[0] for c in CASES])
+def test_each_dequant_variant_with_fragments_in_registers_matches_torch_in_the_emulator(name, M, N, K, block_N):
+    v = variant(name)
+    args = dv.inputs(v, M, N, K, device="cpu", seed=11)
+    (C,) = emulate(factory(v, block_N), (M, N, K), {}, args, arch="sm_90a", pass_configs=ON)
+    ref = dv.reference(v, args[0], *args[1:])
+    assert not torch.isnan(C).any()
+    # the weights are the nest's own fp16/bf16 values; what differs is fp32 summation order and the output rounding
+    rtol = 1e-2 if v.dtype == "bfloat16" else 2e-3
+    torch.testing.assert_close(C.double(), ref, rtol=rtol, atol=rtol * ref.abs().max().item())
+
+
+def _lowered(func, configs):
+    return codegen.lower(func, None, "sm_90a", configs)["main"]
+
+
+@needs_nvcc
+def test_the_decoded_tile_is_gone_no_shared_stores_no_ldmatrix_no_barrier_between_k_steps():
+    v = variant("hi_first")
+    kernel = dv.compile_variant(v, 16, 1024, 1024, ON, target={"kind": "cuda", "arch": "sm_90a"})
+    src = kernel.get_kernel_source()
+    assert src.count("tl::gemm_rb_step<16, 128, 256, 1, 4, ") == 16  # 16 k-steps per K tile, k runs of 32
+    assert "B_s" not in src and "tl::gemm_ss" not in src and "gemm_dq4" not in src
+    assert src.count("__syncthreads") == 2  # the pipeline's one per K step and the one after the loop
+    # each lane's 32 packed weights of a row: one 16-byte run (two 8-byte accesses, merged by ptxas)
+    assert re.search(r"uchar dq_B_p_0_0_ptr\[16\];", src)
+    res = kernel.resources()
+    assert res.dynamic_smem == 4 * (16 * 256 * 2 + 128 * 128)  # stages of A and of the packed bytes only
+    assert res.spill_stores == 0
+    from tilelang_core.trace.model import find_disassembler
+
+    if find_disassembler() is None:
+        return
+    sass = kernel.get_kernel_source("sass")
+    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9.]*)", sass)
+    assert not [o for o in ops if o.startswith("STS")]  # the decoded values never reach shared memory
+    assert not [o for o in ops if o.startswith("LDSM")]
+    assert sum(o.startswith("HMMA.16816.F32") for o in ops) >= 64
+
+
+@needs_nvcc
+def test_with_the_option_on_the_recogniser_does_not_take_the_example():
+    v = variant("example_bk256")
+    off = dv.compile_variant(v, 16, 1024, 1024, None, target={"kind": "cuda", "arch": "sm_90a"})
+    on = dv.compile_variant(v, 16, 1024, 1024, ON, target={"kind": "cuda", "arch": "sm_90a"})
+    assert "tl::gemm_dq4" in off.get_kernel_source() and "gemm_rb_step" not in off.get_kernel_source()
+    assert "tl::gemm_dq4" not in on.get_kernel_source() and "tl::gemm_rb_step<" in on.get_kernel_source()
+
+
+def test_the_option_is_off_by_default_and_part_of_the_cache_key():
+    assert resolve(None)["tl.cuda.dequant_fragments"] is False
+    assert resolve(ON).key() != resolve(None).key()
+    src = str(_lowered(dv.program(variant("hi_first"), 16, 256, 512, **dv.tiles(16, variant("hi_first"))), {}))
+    assert "gemm_rb_step" not in src
+
+
+def _plain_gemm(M=64, N=64, K=64):
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
+        with T.Kernel(1, 1, threads=128) as (bx, by):
+            A_s = T.alloc_shared((M, K), "float16")
+            B_s = T.alloc_shared((K, N), "float16")
+            C_f = T.alloc_fragment((M, N), "float32")
+            T.clear(C_f)
+            T.copy(A[0, 0], A_s)
+            T.copy(B[0, 0], B_s)
+            T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C[0, 0])
+
+    return main
+
+
+def _decoded_twice(M=16, N=64, K=64):
+    """The decoded tile is also copied out: it must stay in shared memory."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), P: T.Tensor((N, K // 2), "uint8"), W: T.Tensor((N, K), "float16"),
+             C: T.Tensor((M, N), "float16")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((M, K), "float16")
+            P_s = T.alloc_shared((N, K // 2), "uint8")
+            B_s = T.alloc_shared((N, K), "float16")
+            C_f = T.alloc_fragment((M, N), "float32")
+            T.clear(C_f)
+            T.copy(A[0, 0], A_s)
+            T.copy(P[0, 0], P_s)
+            for i, j in T.Parallel(N, K):
+                B_s[i, j] = T.cast(T.cast((P_s[i, j // 2] >> (4 * (j % 2))) & 0xF, "int32") - 8, "float16")
+            T.gemm(A_s, B_s, C_f, transpose_B=True)
+            T.copy(B_s, W[0, 0])
+            T.copy(C_f, C[0, 0])
+
+    return main
+
+
+def test_a_kernel_without_a_producer_nest_says_there_is_nothing_to_compute_in_registers():
+    notes = read_notes(_lowered(_plain_gemm(), ON))
+    assert any("tl.cuda.dequant_fragments: no T.gemm reads a B tile" in n for n in notes), notes
+    assert not any("dequant_fragments" in n for n in read_notes(_lowered(_plain_gemm(), {})))
+
+
+def test_a_decoded_tile_read_elsewhere_stays_in_shared_memory_with_a_note():
+    f = _lowered(_decoded_twice(), ON)
+    notes = read_notes(f)
+    assert any("B fragments are not computed" in n and "B_s is used by statements besides" in n for n in notes), notes
+    assert "gemm_rb_step" not in str(f)

@@ -1,0 +1,410 @@
+"""Pass: B fragments of a mma.sync ``T.gemm`` computed in registers from the tiles its ``T.Parallel`` producer reads.
+
+A dequantising GEMM written the ordinary way decodes its packed weights into a shared fp16/bf16 tile, then
+``T.gemm`` reads that tile back::
+
+    T.copy(B[bx * bn, k * bk // 2], B_p)                      # packed bytes, pipelined by cp.async
+    for i, j in T.Parallel(bn, bk):
+        B_s[i, j] = <any elementwise expression of loaded values at (i, j)>
+    T.gemm(A_s, B_s, C_f, transpose_B=True)
+
+Each decoded weight is one shared store and one ``ldmatrix`` read. When the tile ``B_s`` is written only by that
+nest and read only by that gemm (its B operand), this pass (``pass_configs["tl.cuda.dequant_fragments"]``, off by
+default) does not materialise it: every thread evaluates the nest's expression at the ``(n, k)`` of the B fragment
+elements it holds in ``mma.sync.m16n8k16`` (lane ``l``: column ``l / 4`` of an 8-wide n atom), straight from the
+tiles the expression reads, and issues the mma with them (``tl::gemm_rb_step``, ``include/tl/gemm_frag.cuh``). The
+expression is the program's own, so nibble order, shifts and masks, lookups, zero points, scales and casts are all
+whatever the user wrote, and the weights are the same fp16/bf16 values the nest would have stored.
+
+**The k permutation.** Inside a tile the order of a dot product's k terms is free as long as A and B agree, so a
+k-step's four elements of lane ``l`` (``q = l % 4``; the logical rows 2q, 2q+1, 2q+8, 2q+9) are put at physical
+``k = g·4·CH + q·CH + t·4 + e`` (``e`` = 0..3, step ``kk = g·CH/4 + t``, ``CH`` = 32 where ``4·CH`` divides the
+tile's K, else 16, 8, 4). Over a group of ``CH/4`` steps each lane's k are one contiguous run of ``CH``: its share
+of every tile the expression reads contiguously (``B_q[i, j]``) or packed (``B_p[i, j // 2]``) is staged into
+registers with vector loads of up to 16 bytes (32 int4 weights: 16 bytes), and a value the run does not change (a
+per-channel scale, a group's scale or zero point) is loaded once; the template loads A with the same permutation
+(one 8-byte shared load per row and step instead of ``ldmatrix``). Global loads are bounds-guarded as the nest's
+were (a ragged N reads zeros).
+
+Conditions (each refusal is a note at the gemm's line; a kernel where no pair qualifies at all says so): a 2-D
+``T.Parallel`` nest storing one shared tile at its own loop variables over the whole tile (one-element scalars such
+as ``q = ...`` inlined), followed directly by the ``T.gemm`` that reads that whole tile as B; the tile used by no
+other statement; A a whole 2-D shared tile of the same type (float16 or bfloat16), not transposed; the accumulator
+a float32 fragment in the ``mma`` layout (the mma.sync path: not wgmma); the expression reads only global or
+shared tiles and calls only pure operators. ``tl.FuseDequantGemmCUDA`` (the W4A16 recogniser) is not run when this
+option is on, so every dequant gemm goes through this general mechanism (or the generic path, with a note).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from ...language._ir import dtype_of
+from ...language.loops import PARALLEL_ATTR
+from ..common.notes import add_notes, at_line
+from ..common.regions import in_bounds_conds, is_global
+from ..common.rewriter import Rewriter, and_all, const_int, new_var, seq, tile_op_name
+from .common import (
+    count_uses,
+    extern,
+    find_thread_var,
+    gemm_operands,
+    is_fragment,
+    is_shared,
+    is_whole_tile,
+    layouts_of,
+    loads_in,
+    locals_of,
+    parallel_nest,
+    substitute,
+    swizzles_of,
+)
+from .layouts import dtype_bytes
+
+PURE_OPS = {"tirx.if_then_else", "prim.if_then_else", "tirx.shift_left", "tirx.shift_right", "tirx.bitwise_and",
+            "tirx.bitwise_or", "tirx.bitwise_xor", "tirx.bitwise_not", "tirx.reinterpret", "tirx.exp", "tirx.exp2",
+            "tirx.log", "tirx.sqrt", "tirx.rsqrt", "tirx.fabs", "tirx.floor", "tirx.ceil", "tirx.round", "tirx.pow",
+            "tirx.fma", "tirx.tanh", "tirx.sigmoid", "tirx.isnan"}
+
+
+def lane_run(K: int) -> int:
+    """``CH``: the k run of one lane per group of k-steps (the largest of 32, 16, 8, 4 with ``4 CH | K``)."""
+    for ch in (32, 16, 8, 4):
+        if K % (4 * ch) == 0:
+            return ch
+    raise ValueError(f"K = {K} is not a multiple of 16")
+
+
+def physical_k(kk: int, q: int, e: int, ch: int) -> int:
+    """The tile's k that element ``e`` (0..3) of lane quad position ``q`` feeds in k-step ``kk``."""
+    steps = ch // 4
+    return (kk // steps) * 4 * ch + q * ch + (kk % steps) * 4 + e
+
+
+def _single_store(body: Any) -> tuple[Any, Any] | None:
+    """``(store, value)``: the one buffer store of a nest body, with its one-element scalars (``q = ...`` as a
+    ``Bind``/``LetStmt`` or a one-element local) substituted into the value; None if the body does anything else."""
+    vars_: dict[Any, Any] = {}
+    bufs: dict[Any, Any] = {}
+    out: list[Any] = []
+
+    def inline(e: Any) -> Any:
+        e = substitute(e, vars_) if vars_ else e
+        if bufs:
+            e = tvm_ffi.structural_map(e, [(tvm.ir.TensorLoad, lambda ld: bufs.get(ld.source, ld))])
+        return e
+
+    def walk(s: Any) -> bool:
+        if isinstance(s, tirx.SeqStmt):
+            return all(walk(x) for x in s.seq)
+        if isinstance(s, tirx.Bind):
+            vars_[s.var] = inline(s.value)
+            return True
+        if isinstance(s, tirx.LetStmt):
+            vars_[s.var] = inline(s.value)
+            return walk(s.body)
+        if isinstance(s, tirx.AllocBuffer) and s.buffer.scope() in ("local", "local.var") and \
+                [const_int(x) for x in s.buffer.shape] == [1]:
+            return True
+        if isinstance(s, tirx.DeclBuffer):
+            return walk(s.body) if getattr(s, "body", None) is not None else True
+        if isinstance(s, tirx.Evaluate) and const_int(s.value) == 0:
+            return True
+        if not isinstance(s, tirx.BufferStore):
+            return False
+        if s.buffer.scope() in ("local", "local.var") and [const_int(x) for x in s.buffer.shape] == [1]:
+            if s.buffer in bufs:
+                return False  # a scalar stored twice: not a plain value
+            bufs[s.buffer] = inline(s.value)
+            return True
+        if out:
+            return False
+        out.append((s, inline(s.value)))
+        return True
+
+    if not walk(body) or not out:
+        return None
+    return out[0]
+
+
+def _impure(e: Any) -> bool:
+    bad: list[Any] = []
+
+    def rec(c: Any) -> Any:
+        if not (isinstance(c.op, tvm.ir.Op) and str(c.op.name) in PURE_OPS):
+            bad.append(c)
+        return c
+
+    tvm_ffi.structural_map(e, [(tvm.ir.Call, rec)])
+    return bool(bad)
+
+
+def _mentions(e: Any, var: Any) -> bool:
+    hit: list[Any] = []
+
+    def rec(v: Any) -> Any:
+        if v.same_as(var):
+            hit.append(v)
+        return v
+
+    tvm_ffi.structural_map(e, [(tvm.ir.Var, rec)])
+    return bool(hit)
+
+
+def _lanes(dtype: str, n: int) -> int:
+    """Elements per explicit vector access of a staged run of ``n``: up to 16 bytes, at most 8 lanes of an 8-bit
+    type (the widest 8-bit vector TVM's CUDA printer takes, as in tl.LowerParallelCUDA), a power of two dividing n."""
+    cap = 8 if dtype_bytes(dtype) == 1 else 16 // dtype_bytes(dtype)
+    lanes = max(1, min(n, cap))
+    while n % lanes:
+        lanes //= 2
+    return lanes
+
+
+class DequantFragmentsCUDA(Rewriter):
+    """Replace each (producer nest, T.gemm) pair whose B tile the nest writes by per-thread fragment code."""
+
+    pass_name = "tl.DequantFragmentsCUDA"
+
+    def __init__(self, func: tirx.PrimFunc) -> None:
+        super().__init__()
+        self.layouts = layouts_of(func)
+        self.locals = locals_of(func)
+        self.swizzle = swizzles_of(func)
+        self.uses = count_uses(func.body)
+        self.tid = find_thread_var(func)
+        self.removed: list[Any] = []
+        self.notes: list[str] = []
+        self.reason: str | None = None
+
+    def visit_SeqStmt(self, s: Any) -> Any:  # noqa: N802
+        s = super().visit_SeqStmt(s)
+        if not isinstance(s, tirx.SeqStmt):
+            return s
+        stmts = list(s.seq)
+        out: list[Any] = []
+        i = 0
+        while i < len(stmts):
+            if i + 1 < len(stmts):
+                got = self.try_pair(stmts[i], stmts[i + 1])
+                if got is not None:
+                    out.append(got)
+                    i += 2
+                    continue
+            out.append(stmts[i])
+            i += 1
+        return tirx.SeqStmt(out, span=s.span) if len(out) > 1 else out[0]
+
+    def _no(self, why: str) -> None:
+        self.reason = why
+        return None
+
+    def try_pair(self, nest: Any, gemm: Any) -> Any:
+        """The fragment code for ``nest`` + ``gemm``, or None (then a note when the nest writes the gemm's B)."""
+        if not (isinstance(nest, tirx.For) and PARALLEL_ATTR in nest.annotations and isinstance(gemm, tirx.Evaluate)
+                and tile_op_name(gemm) == "tl.gemm"):
+            return None
+        ops = gemm_operands(gemm, self.ana)
+        written = []
+        tvm_ffi.structural_map(nest, [(tirx.BufferStore, lambda st: (written.append(st.buffer), st)[1])])
+        if not any(b.same_as(ops["b"].buffer) for b in written):
+            return None
+        self.reason = None
+        out = self._match(nest, gemm, ops)
+        if out is None and self.reason is not None:
+            self.notes.append(f"{at_line(gemm)}T.gemm {ops['M']}x{ops['N']}x{ops['K']}: B fragments are not "
+                              f"computed from the nest that writes {ops['b'].buffer.name} (tl.cuda.dequant_fragments; "
+                              f"it stays a shared tile): {self.reason}")
+        return out
+
+    def _match(self, nest: Any, gemm: Any, ops: dict[str, Any]) -> Any:
+        vs, exts, body = parallel_nest(nest, PARALLEL_ATTR)
+        if len(vs) != 2:
+            return self._no(f"the nest has {len(vs)} loop variables, not 2")
+        exts_c = [const_int(e) for e in exts]
+        for v, e in zip(vs, exts):
+            self.bind_loop(v, tirx.IntImm("int32", 0), e)
+        got = _single_store(body)
+        if got is None:
+            return self._no("the nest does more than store one tile (one-element scalars aside)")
+        store, value = got
+        W = store.buffer
+        a, b, c = ops["a"], ops["b"], ops["c"]
+        if not W.same_as(b.buffer):
+            return self._no(f"the nest stores {W.name}, not the gemm's B operand")
+        if not (len(store.indices) == 2 and store.indices[0].same_as(vs[0]) and store.indices[1].same_as(vs[1])):
+            return self._no(f"the nest does not store {W.name}[i, j] at its own loop variables")
+        if [const_int(x) for x in W.shape] != exts_c:
+            return self._no(f"the nest does not cover the whole tile {W.name}")
+        if not is_shared(W) or self.uses.get(W, 0) != 2:
+            return self._no(f"{W.name} is used by statements besides the nest and this T.gemm")
+        dt = str(W.dtype)
+        if dt not in ("float16", "bfloat16") or dtype_of(value) != dt:
+            return self._no(f"{W.name} is {dt}, not float16 or bfloat16")
+        if not is_whole_tile(b) or len(W.shape) != 2:
+            return self._no(f"the T.gemm reads part of {W.name}, not the whole 2-D tile")
+        if ops["ta"]:
+            return self._no("transpose_A=True")
+        if not (is_shared(a.buffer) and is_whole_tile(a) and len(a.buffer.shape) == 2 and str(a.buffer.dtype) == dt):
+            return self._no(f"A is not a whole 2-D {dt} shared-memory tile")
+        lay = self.layouts.get(c.buffer) if is_fragment(c.buffer) else None
+        if lay is None or lay.kind != "mma":
+            return self._no(f"the accumulator {c.buffer.name} does not have the mma.sync layout "
+                            f"({'not a fragment' if lay is None else lay.kind})")
+        if str(c.buffer.dtype) != "float32":
+            return self._no(f"the accumulator is {c.buffer.dtype}, not float32")
+        M, N, K = ops["M"], ops["N"], ops["K"]
+        if K % 16 or (M // lay.warp_m) % 16 or (N // lay.warp_n) % 8:
+            return self._no(f"the tile {M}x{N}x{K} does not fit m16n8k16 steps on the {lay.warp_m}x{lay.warp_n} "
+                            "warp grid")
+        for ld in loads_in(value):
+            src = ld.source
+            if src.same_as(W):
+                return self._no(f"the nest reads {W.name} itself")
+            if not (is_global(src) or is_shared(src)):
+                return self._no(f"the nest reads {src.name} ({src.scope()}), not a global or shared tile")
+            if any(loads_in(i) for i in ld.indices):
+                return self._no(f"the nest reads {src.name} at an index that is itself loaded")
+        if _impure(value):
+            return self._no("the nest calls something other than a pure operator")
+        n_var, k_var = (vs[0], vs[1]) if ops["tb"] else (vs[1], vs[0])
+        return self.emit(gemm, ops, lay, value, n_var, k_var)
+
+    # -- emission ------------------------------------------------------------------------------------------
+    def emit(self, gemm: Any, ops: dict[str, Any], lay: Any, value: Any, n_var: Any, k_var: Any) -> Any:
+        a, c = ops["a"], ops["c"]
+        M, N, K = ops["M"], ops["N"], ops["K"]
+        dt = str(ops["b"].buffer.dtype)
+        WN = N // lay.warp_n
+        NT = WN // 8
+        ch = lane_run(K)
+        steps = ch // 4
+        lane = tirx.floormod(self.tid, 32)
+        wc = tirx.floormod(tirx.floordiv(self.tid, 32), lay.warp_n)
+        zero = tirx.IntImm("int32", 0)
+        acc = self.locals[c.buffer]
+        bfrag = tirx.decl_buffer((NT * 4,), dt, "dq_bfrag", scope="local")
+        stmts: list[Any] = [tirx.AllocBuffer(bfrag)]
+        if ops["clear"]:
+            stmts += [tirx.BufferStore(acc, tirx.const(0.0, "float32"), [tirx.IntImm("int32", r)])
+                      for r in range(lay.num_regs)]
+        swa = self.swizzle.get(a.buffer, 0)
+        a_ptr = tirx.address_of(tirx.BufferLoad(a.buffer, list(a.mins)))
+        b_ptr = tirx.address_of(tirx.BufferLoad(bfrag, [zero]))
+        c_ptr = tirx.address_of(tirx.BufferLoad(acc, [zero]))
+        u = new_var("dq_u")
+        for g in range(K // (4 * ch)):
+            elems: list[list[Any]] = []  # [ni][u]: the value at this lane's k run
+            for ni in range(NT):
+                n = wc * WN + ni * 8 + tirx.floordiv(lane, 4)
+                jb = g * 4 * ch + tirx.floormod(lane, 4) * ch
+                self.bind_loop(u, zero, tirx.IntImm("int32", ch))
+                e0 = self.ana.simplify(substitute(value, {n_var: n, k_var: jb + u}))
+                e0, pre = self.stage(e0, u, ch, f"{g}_{ni}")
+                stmts += pre
+                elems.append([self.ana.simplify(substitute(e0, {u: tirx.IntImm("int32", x)})) for x in range(ch)])
+            for t in range(steps):
+                kk = g * steps + t
+                for ni in range(NT):
+                    for e in range(4):
+                        stmts.append(tirx.BufferStore(bfrag, elems[ni][t * 4 + e], [tirx.IntImm("int32", ni * 4 + e)]))
+                name = f"tl::gemm_rb_step<{M}, {N}, {K}, {lay.warp_m}, {lay.warp_n}, {swa}, {ch}, {kk}>"
+                stmts.append(extern(name, a_ptr, b_ptr, c_ptr))
+        self.removed.append(ops["b"].buffer)
+        return seq(stmts, gemm.span)
+
+    def stage(self, e: Any, u: Any, ch: int, tag: str) -> tuple[Any, list[Any]]:
+        """``e`` (the value at ``k = run base + u``, ``u`` in ``[0, ch)``) with each load that the run reads
+        contiguously or packed (``[..., base + u // c]``, shared tiles) staged into a register array by vector
+        loads, and each load the run does not move (one address) staged into one register; the statements that
+        fill the arrays. Global loads are bounds-guarded. Other loads stay (read per element)."""
+        staged: list[tuple[Any, Any, int]] = []
+        pre: list[Any] = []
+        zero = tirx.IntImm("int32", 0)
+        for ld in loads_in(e):
+            if any(tvm_ffi.structural_equal(ld, x) for x, _, _ in staged):
+                continue
+            kind = self.run_kind(ld, u, ch)
+            if kind is None or (is_global(ld.source) and kind != 0):
+                continue
+            n = 1 if kind == 0 else ch // kind
+            arr = tirx.decl_buffer((n,), dtype_of(ld), f"dq_{ld.source.name}_{tag}", scope="local")
+            pre.append(tirx.AllocBuffer(arr))
+            if kind == 0:
+                pre.append(tirx.BufferStore(arr, self.guard(substitute(ld, {u: zero})), [zero]))
+            else:
+                lanes = _lanes(dtype_of(ld), n)
+                for p in range(n // lanes):
+                    idx = [self.ana.simplify(substitute(i, {u: tirx.IntImm("int32", p * lanes * kind)}))
+                           for i in ld.indices]
+                    dst: Any = tirx.IntImm("int32", p * lanes)
+                    if lanes > 1:
+                        idx[-1] = tirx.Ramp(idx[-1], tirx.IntImm("int32", 1), lanes)
+                        dst = tirx.Ramp(dst, tirx.IntImm("int32", 1), lanes)
+                    pre.append(tirx.BufferStore(arr, tirx.BufferLoad(ld.source, idx), [dst]))
+            staged.append((ld, arr, kind))
+
+        def from_array(ld: Any) -> Any:
+            for x, arr, kind in staged:
+                if tvm_ffi.structural_equal(ld, x):
+                    return tirx.BufferLoad(arr, [zero if kind == 0 else tirx.floordiv(u, kind) if kind > 1 else u])
+            return self.guard(ld) if is_global(ld.source) else ld
+
+        return tvm_ffi.structural_map(e, [(tvm.ir.TensorLoad, from_array)]), pre
+
+    def run_kind(self, ld: Any, u: Any, ch: int) -> int | None:
+        """How load ``ld`` moves along the run ``u`` in ``[0, ch)``: 0 one address, 1 contiguous, ``c`` > 1
+        element ``u // c`` of the last dimension, each aligned to its vector accesses; None otherwise."""
+        zero = tirx.IntImm("int32", 0)
+        idx = list(ld.indices)
+        if any(_mentions(i, u) for i in idx[:-1]):
+            return None
+        base = self.ana.simplify(substitute(idx[-1], {u: zero}))
+        diff = self.ana.simplify(idx[-1] - base)
+        if const_int(diff) == 0 or not _mentions(diff, u) or all(
+                self.prove(tirx.EQ(substitute(idx[-1], {u: tirx.IntImm("int32", x)}), base)) for x in range(1, ch)):
+            return 0
+        if isinstance(diff, tvm.ir.Var) and diff.same_as(u):
+            kind = 1
+        elif (isinstance(diff, tirx.FloorDiv) and isinstance(diff.a, tvm.ir.Var) and diff.a.same_as(u)
+              and (const_int(diff.b) or 0) > 1 and ch % const_int(diff.b) == 0):
+            kind = const_int(diff.b)
+        else:
+            return None
+        lanes = _lanes(dtype_of(ld), ch // kind)
+        last = const_int(ld.source.shape[-1])
+        if last is None or last % lanes or not self.prove(tirx.EQ(tirx.floormod(base, lanes), 0)):
+            return None
+        return kind
+
+    def guard(self, ld: Any) -> Any:
+        """A global load bounds-guarded (0 outside the tensor), as the nest's loads were."""
+        if not is_global(ld.source):
+            return ld
+        conds = in_bounds_conds(ld.source, list(ld.indices), self.ana)
+        return tirx.if_then_else(and_all(conds), ld, tirx.const(0, dtype_of(ld))) if conds else ld
+
+
+def dequant_fragments_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """Run the pass (see the module doc): replaced B tiles lose their allocation; notes say why a pair was not."""
+    pass_ = DequantFragmentsCUDA(func)
+    out = pass_.run(func)
+    notes = pass_.notes
+    if not pass_.removed and not notes:
+        notes = ["tl.cuda.dequant_fragments: no T.gemm reads a B tile that the T.Parallel nest just before it "
+                 "writes (nothing to compute in registers)"]
+    out = add_notes(out, notes)
+    if not pass_.removed:
+        return out
+    gone = pass_.removed
+
+    def drop(s: Any) -> Any:
+        if any(s.buffer.same_as(g) for g in gone):
+            return tirx.Evaluate(tirx.IntImm("int32", 0))
+        return s
+
+    return out.with_body(tvm_ffi.structural_map(out.body, [(tirx.AllocBuffer, drop)]))
