@@ -650,6 +650,11 @@ class Emulator:
             elif int(m[1]) != -1:
                 raise NotImplementedError(f"emulator: {fname} (only waits for all groups, or none, are modelled)")
             return
+        if re.fullmatch(r"tl::keep_before_wait<[\d, ]+>", fname):
+            # stores that never run (k < 0; include/tl/wgmma.cuh): they only order the softmax before the next wait
+            if self.scalar(args[0], th) < 0:
+                self.problem(f"{fname}: its loop counter is negative, so its stores would run")
+            return
         if re.fullmatch(r"tl::wgmma_drain<\d+>", fname):
             # the emulated wgmma wrote its accumulators when issued (the drain's x + -0.0 changes nothing); its
             # wait_group 0 retires this thread's share of its warpgroup's group in flight

@@ -512,11 +512,12 @@ class PipelineCUDA(Rewriter):
                                         f"overlap): {why}")
             else:
                 (s_loc, s_lay), (o_loc, o_lay) = accs
-                plan = found
+                ov_plan = found  # its own name: the closure reads it when ws_loop calls it
 
                 def overlapped(stage: Any, prev: Any, release: Any) -> tuple[list[Any], Any]:
-                    return overlap.body(plan, k0, stage, prev, lambda x, st: _with_stage(x, remap, st),
-                                        (s_loc, s_lay.num_regs), (o_loc, o_lay.num_regs), release)
+                    return overlap.body(ov_plan, k0, stage, prev, lambda x, st: _with_stage(x, remap, st),
+                                        (s_loc, s_lay.num_regs), (o_loc, o_lay.num_regs), release,
+                                        lambda b: (self.locals.get(b), self.layouts.get(b)))
         if after_loop:
             drain = seq([drain, *after_loop]) if drain is not None else seq(after_loop)
         cplan = None  # the cluster plan (not "plan": the overlap closure above reads that name)

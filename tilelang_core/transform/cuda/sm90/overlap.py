@@ -11,9 +11,21 @@ Issuing the second gemm one iteration late keeps every operation and its order (
             k = 0: wait for S's group
             free_k                                      (the statements that touch neither P nor O: the row max,
                                                           exp2, the row sum; under P V_{k-1} on the tensor cores)
-            k > 0: wait for P V_{k-1}; release stage k - 1
+            keep free_k's registers before the wait     (tl::keep_before_wait, see below)
+            wait for P V_{k-1}                          (every k: at k = 0 no group is in flight, it returns at once)
+            k > 0: release stage k - 1
             late_k                                      (P = ..., O *= scale)
     n > 0:  O += P V_{n-1} (waits); release stage n - 1
+
+What ptxas (CUDA 13.0, sm_90a) needs for this to overlap at all, found from its warnings and the SASS:
+
+* The wait for ``P V`` is unconditional. Inside ``if k > 0`` (the first form) ptxas, which does not relate that
+  branch to the one around the issue, saw a path on which ``late`` reads O and writes P with ``P V`` in flight and
+  serialised every wgmma of the loop (C7514; causal: C7515 and injected waits, C7517).
+* ``tl::keep_before_wait`` stores the registers of every fragment the free statements touch in a branch that never
+  runs: without it ptxas scheduled the wait for ``P V`` (which depends on no softmax register) right after the
+  scores' wait, above the whole softmax. It keeps memory operations and waits in order, so the stores' operands,
+  and everything they depend on, stay above the wait.
 
 It applies when the body is ``pre, gemm0, free, late, gemm1`` with exactly those two ``T.gemm``s, both wgmma,
 gemm1's A a register fragment (P) and gemm1 the last statement, no statement of ``pre`` touching P or O, and every
@@ -29,7 +41,8 @@ from tvm import tirx
 
 from ....language._ir import Region
 from ...common.rewriter import seq, tile_op_name
-from ..common import WGMMA_PENDING_ATTR, buffers_touched, extern
+from ..common import WGMMA_PENDING_ATTR, buffers_touched, extern, is_fragment
+from ..layouts import dtype_bytes
 
 
 @dataclass(frozen=True)
@@ -41,6 +54,7 @@ class Plan:
     gemm1: Any
     S: Any  # gemm0's accumulator
     O: Any  # gemm1's accumulator
+    held: list[Any]  # the fragments the free statements touch (kept before the wait for P V), first use first
 
 
 def _is_gemm(x: Any) -> bool:
@@ -74,15 +88,23 @@ def plan(consumers: list[Any], is_wgmma: Any) -> Plan | str:
     cut = next((j for j, x in enumerate(middle) if _touches(x, [P, O])), len(middle))
     if not cut:
         return "no statement between the two T.gemm statements can run under the second one"
-    return Plan(pre, g0, middle[:cut], middle[cut:], g1, S, O)
+    free = middle[:cut]
+    held: list[Any] = []
+    for x in free:
+        for b in buffers_touched(x):
+            if is_fragment(b) and not any(b.same_as(h) for h in held):
+                held.append(b)
+    return Plan(pre, g0, free, middle[cut:], g1, S, O, held)
 
 
 def body(p: Plan, k0: Any, stage: Any, prev_stage: Any, staged: Any, s_acc: tuple[Any, int],
-         o_acc: tuple[Any, int], release: Any) -> tuple[list[Any], Any]:
+         o_acc: tuple[Any, int], release: Any, registers: Any = None) -> tuple[list[Any], Any]:
     """(the iteration's statements, what runs after the loop given its trip count ``n``: a function of n).
 
     ``staged(stmt, stage)``: ``stmt`` reading the ring at ``stage``; ``s_acc``/``o_acc``: (register array, register
-    count) of S and O; ``release(stage)``: the statements that hand ``stage`` back to the producer."""
+    count) of S and O; ``release(stage)``: the statements that hand ``stage`` back to the producer;
+    ``registers(fragment)``: (its register array, its layout) or Nones, for the fragments the free statements
+    touch (without it nothing is kept before the wait: ptxas is then free to hoist it above the softmax)."""
     zero = tirx.IntImm("int32", 0)
 
     def pending(x: Any, groups: int) -> Any:
@@ -97,10 +119,30 @@ def body(p: Plan, k0: Any, stage: Any, prev_stage: Any, staged: Any, s_acc: tupl
              tirx.IfThenElse(first, ready(s_acc, 0),
                              seq([pending(staged(p.gemm1, prev_stage), 1), ready(s_acc, -1)])),
              *(staged(x, stage) for x in p.free),
-             tirx.IfThenElse(tirx.GT(k0, zero), seq([ready(o_acc, 0), *release(prev_stage)]), None),
+             *keep(p.held, k0, registers),
+             ready(o_acc, 0),  # unconditional (see the module docstring); at k = 0 nothing is in flight
+             tirx.IfThenElse(tirx.GT(k0, zero), seq(release(prev_stage)), None),
              *(staged(x, stage) for x in p.late)]
 
     def after(n: Any, last_stage: Any) -> Any:
         return tirx.IfThenElse(tirx.GT(n, zero), seq([staged(p.gemm1, last_stage), *release(last_stage)]), None)
 
     return stmts, after
+
+
+def keep(held: list[Any], k0: Any, registers: Any) -> list[Any]:
+    """``tl::keep_before_wait<N...>(k0, regs...)`` over the register arrays of ``held`` (2- and 4-byte ones; see the
+    module docstring), or nothing when there are none."""
+    if registers is None:
+        return []
+    arrays = []
+    for b in held:
+        loc, lay = registers(b)
+        if loc is not None and lay is not None and dtype_bytes(str(loc.dtype)) in (2, 4):
+            arrays.append((loc, int(lay.num_regs)))
+    if not arrays:
+        return []
+    zero = tirx.IntImm("int32", 0)
+    counts = ", ".join(str(n) for _, n in arrays)
+    return [extern(f"tl::keep_before_wait<{counts}>", k0,
+                   *(tirx.address_of(tirx.BufferLoad(loc, [zero])) for loc, _ in arrays))]

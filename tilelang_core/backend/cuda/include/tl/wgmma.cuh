@@ -193,6 +193,40 @@ __device__ __forceinline__ void wgmma_acc_ready(float* C) {
   for (int i = 0; i < NREGS; ++i) wgmma_fence_operand(C[i]);
 }
 
+// keep_before_wait<N0, N1, ...>(k, v0, v1, ...): the registers v_j[0 .. N_j) are computed before the next wgmma wait
+// (tl.cuda.attention_overlap: the softmax of block k under the previous block's P V). ptxas (CUDA 13.0) schedules a
+// wgmma.wait_group as early as its own dependences allow: the wait for P V, which depends on no register of the
+// softmax, went right after the scores' wait, above the whole softmax (WARPGROUP.DEPBAR.LE gsb0, 0x0 before the
+// first MUFU.EX2: nothing overlapped). It keeps memory operations and the waits in program order, so a store of the
+// registers placed before the wait keeps everything they depend on above it. The stores sit in a branch that never
+// runs (k is a loop counter, never negative; the test is inline asm, so neither NVVM nor ptxas removes the branch):
+// one uniform branch per call at run time, the values unchanged.
+__device__ __forceinline__ bool opaque_negative(int k) {
+  unsigned r;
+  asm volatile("{\n.reg .pred p;\nsetp.lt.s32 p, %1, 0;\nselp.u32 %0, 1, 0, p;\n}\n" : "=r"(r) : "r"(k));
+  return r != 0;
+}
+template <int N, typename T>
+__device__ __forceinline__ void keep_regs(const T* v) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 2, "keep_before_wait: registers of 2 or 4 bytes");
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    if constexpr (sizeof(T) == 4) {
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(0u), "r"(*reinterpret_cast<const unsigned*>(v + i)) : "memory");
+    } else {
+      asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(0u), "h"(*reinterpret_cast<const unsigned short*>(v + i))
+                   : "memory");
+    }
+  }
+}
+template <int... N, typename... T>
+__device__ __forceinline__ void keep_before_wait(int k, const T*... v) {
+  static_assert(sizeof...(N) == sizeof...(T), "keep_before_wait: one register count per array");
+  if (opaque_negative(k)) {
+    (keep_regs<N>(v), ...);
+  }
+}
+
 // After a loop of wgmma_gemm_ss<..., PENDING = 1>: wait for the last group, then the NREGS accumulators are final.
 // Each accumulator is then rewritten by an exact identity (x + -0.0 == x, bit for bit, NaN kept): with only the
 // empty-asm fences, ptxas (CUDA 13.0) scheduled the epilogue's packed bf16 conversions (F2FP.BF16.F32.PACK_AB) of
