@@ -12,7 +12,8 @@ from typing import Any
 COMPAT_DOC = "docs/compat.md"
 
 _GPU_INTRINSIC = "a hand-scheduled GPU intrinsic; our backends schedule memory and warps themselves"
-_TMA = "TMA / mbarrier programming; we emit no TMA (use T.copy: the CUDA backend pipelines it with cp.async)"
+_TMA = ("explicit TMA / mbarrier programming is not built; use T.copy in a T.Pipelined loop: on sm_90a the CUDA "
+        "backend makes it TMA boxes completing on mbarriers itself (cp.async elsewhere)")
 _WARP = "warp-level SIMT programming; use T.reduce_* / T.Parallel, which the CUDA backend maps to warps"
 
 UNSUPPORTED: dict[str, str] = {
@@ -64,8 +65,10 @@ UNSUPPORTED: dict[str, str] = {
     "ws_op": "explicit warp-specialisation schedules are not built (the CUDA backend specialises T.Pipelined loops "
              "itself on Hopper)",
     "annotate_min_blocks_per_sm": _GPU_INTRINSIC,
-    "Persistent": "persistent loops are not built; use T.Kernel over the tiles",
-    "ClusterKernel": "thread-block clusters are not built; use T.Kernel",
+    "Persistent": "TileLang's persistent loop is not built; use T.Kernel over the tiles (on sm_90a pass_configs "
+                  "tl.cuda.persistent makes a wgmma GEMM persistent)",
+    "ClusterKernel": "TileLang's cluster kernel is not built; use T.Kernel (on sm_90a pass_configs tl.cuda.cluster "
+                     "launches a warp-specialised GEMM in clusters)",
     "CUDASourceCodeKernel": "kernels from CUDA source are not built; write the kernel in the tile language",
     # kernel parameters (docs/compat.md, "Language: kernel parameters, shapes and the frontend")
     # as T.macro parameter annotations they are accepted (TileAnnotation below); as kernel parameters:
