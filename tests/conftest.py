@@ -49,6 +49,7 @@ XDIST_FIRST: tuple[str, ...] = (
     "test_cuda_wgmma_attention.py",
     "test_cuda_emulator_tma.py",
     "test_cuda_dequant_fragments.py",
+    "test_cuda_cluster.py",
 )
 XDIST_UNITS = Units(TESTS_DIR, XDIST_GROUPS, XDIST_FIRST)
 

@@ -27,10 +27,10 @@ tuner compiles that configuration with (``tl.disable_warp_specialized``, ``tl.cu
 ``tl.cuda.split_k``; see :func:`~.workers.compile_config`). ``threads`` is the program's thread count: the
 consumer warpgroups (1-3); a warp-specialised kernel launches one producer warpgroup more.
 
-Cluster size is not part of the space: the GEMM lowering has no thread-block cluster launch (no TMA multicast
-across a cluster). The only cluster this compiler emits is the W4A16 dequantising GEMM's split-K reduction through
-distributed shared memory (``tl.cuda.split_k_reduce="cluster"``, measured slower on the H200), which is not this
-program's path.
+Cluster size is not part of the space: thread-block clusters with TMA multicast for the warp-specialised GEMM exist
+behind ``tl.cuda.cluster`` (docs/cuda.md, "Hopper: clusters and TMA multicast") but have not been measured on a GPU;
+the W4A16 dequantising GEMM's split-K reduction through distributed shared memory (``tl.cuda.split_k_reduce=
+"cluster"``, measured slower on the H200) is not this program's path.
 
 ``level="quick"`` keeps the part of the space worth a short sweep (``bench/gpu/h200_defaults_sweep.py``): K tiles of
 one 128-byte swizzle row (64 fp16/bf16 elements; 128 too for decode-sized M); power-of-two tiles no larger than the

@@ -539,8 +539,7 @@ class PipelineCUDA(Rewriter):
             if cplan is None:
                 self.cluster_why = why
             elif why:
-                self.fused_notes.append(f"{_line(s)}tl.cuda.cluster: {why}; those tiles are loaded whole by each "
-                                        "block")
+                self.fused_notes.append(f"{_line(s)}tl.cuda.cluster: {why}")
             self.cluster_plan = cplan
         both, split = ws.ws_loop(s, k, k0, n, stages, self.ws_producers, copies, remap, cons, self.tid, self.threads,
                                  in_flight is not None, self.ana.simplify, base, drain, general, before,
@@ -698,13 +697,14 @@ def _persistent_ctas(options: PassConfig, arch: str) -> int | None:
     return value or ws.SM_COUNT.get(arch)
 
 
-def _split_thread_body(func: Any) -> Any:
+def _split_thread_body(func: Any, guard: Any = None) -> Any:
     """Move the statements around the warp-specialised loop into its consumer part (see sm90/warp_specialize)."""
 
     def visit(x: Any) -> Any:
         if x.kind == tirx.ForKind.THREAD_BINDING and x.thread_binding is not None and \
                 str(x.thread_binding.thread_tag) == "threadIdx.x":
-            return tirx.For(x.loop_var, x.min, x.extent, x.kind, ws.split_thread_body(x.body), x.thread_binding,
+            return tirx.For(x.loop_var, x.min, x.extent, x.kind, ws.split_thread_body(x.body, guard),
+                            x.thread_binding,
                             x.annotations, x.step, x.span)
         return x
 
@@ -716,7 +716,8 @@ def pipeline_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT, arch: str 
     func = pipe.run(func)
     if pipe.ws_applied:
         base, n = pipe.ws_applied
-        func = _split_thread_body(func)
+        guard = pipe.cluster_plan.guard() if pipe.cluster_plan is not None else None
+        func = _split_thread_body(func, guard)
         ctas = _persistent_ctas(options, arch)
         if pipe.cluster_plan is not None:  # a clustered kernel keeps one block per tile
             func, note = ws.persist(func, base, n, None)

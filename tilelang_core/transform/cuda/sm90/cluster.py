@@ -23,7 +23,10 @@ inlining the let bindings the thread body makes before the loop) is the same for
 one without ``blockIdx.y`` for the ``cy`` blocks of a column, one with neither for all of them. Cluster ranks are
 ``x + y * cx`` with ``x = blockIdx.x % cx``, ``y = blockIdx.y % cy`` (clusters tile the grid). The launch is
 ``__cluster_dims__(cx, cy, 1)`` (codegen, from the ``tl.cluster_dims`` attribute), so the grid must be a multiple of
-the cluster: a grid that is not is refused with a note (no rounding and masking). Also refused, with a note: a loop
+the cluster: a grid extent that is not is rounded up (noted) and the extra blocks take part in the loads (their
+peers need their slices; their own tiles lie outside the tensors, zero-filled by TMA) and the mainloop but run
+the epilogue under a test of the block index, storing nothing; a grid smaller than the cluster is refused (noted;
+a TMA store epilogue under that test keeps register stores, noted by tl.TmaStoreCUDA). Also refused, with a note: a loop
 that is not warp-specialised (the TMA pipeline without a producer warpgroup, cp.async, mma.sync), a body that is not
 one wgmma ``T.gemm`` (attention), a slice that is not whole 8-row swizzle atoms, a map of rank > 2, no shared tile.
 Persistent blocks (``tl.cuda.persistent``) are not combined with clusters: a clustered kernel keeps one block per
@@ -33,7 +36,7 @@ tile (noted).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import tvm_ffi
@@ -67,6 +70,16 @@ class ClusterPlan:
     bx: Any
     by: Any
     multicast: list[Multicast | None]
+    grid: dict[str, int] = field(default_factory=dict)  # the program's blockIdx.x / .y extents
+    rounded: dict[str, int] = field(default_factory=dict)  # those the cluster does not divide, rounded up
+
+    def guard(self) -> Any:
+        """The condition under which a block of the rounded grid is one of the program's (None: not rounded)."""
+        conds = [tirx.LT(self.bx if tag == "blockIdx.x" else self.by, tirx.IntImm("int32", self.grid[tag]))
+                 for tag in sorted(self.rounded)]
+        if not conds:
+            return None
+        return conds[0] if len(conds) == 1 else tirx.And(conds[0], conds[1])
 
     @property
     def size(self) -> int:
@@ -148,15 +161,17 @@ def plan(shape: tuple[int, int, int], producers: list[Any], copies: list[TmaCopy
     cx, cy, cz = shape
     if cz != 1:
         return None, f"a cluster of {cx}x{cy}x{cz}: the GEMM grid is 2-D (z must be 1)"
+    rounded: dict[str, int] = {}
     for tag, c in (("blockIdx.x", cx), ("blockIdx.y", cy)):
         extent = grid.get(tag, 1)
         if c > 1 and tag not in block_vars:
             return None, f"a cluster of {c} along {tag[-1]}: the grid has no {tag}"
         if extent is None:
             return None, f"the grid's {tag} extent is not a constant (a cluster must tile it)"
-        if extent % c:
-            return None, (f"the grid's {tag} extent {extent} is not a multiple of the cluster's {c} (not rounded "
-                          "up and masked: choose tiles that divide the problem, or another cluster shape)")
+        if extent < c:
+            return None, f"the grid's {tag} extent {extent} is smaller than the cluster's {c}"
+        if extent % c:  # rounded up: the extra blocks load their peers' slices and compute, but store nothing
+            rounded[tag] = -(-extent // c) * c
     values: dict[Any, Any] = {}
     for b in binds:
         values[b.var] = substitute(b.value, values) if values else b.value
@@ -178,12 +193,13 @@ def plan(shape: tuple[int, int, int], producers: list[Any], copies: list[TmaCopy
         parts = {"x": cx, "y": cy, "xy": cx * cy}[axis]
         m = maps[c.map_index]
         if m.rank != 2:
-            why.append(f"{name}'s tensor map is {m.rank}-D (multicast slices are built for 2-D maps)")
+            why.append(f"{name}'s tensor map is {m.rank}-D (multicast slices are built for 2-D maps): each block "
+                       "loads its whole tile")
             out.append(None)
             continue
         if c.rows % parts or (c.rows // parts) % SWIZZLE_ROWS:
             why.append(f"{name}'s tile of {c.rows} rows does not split into {parts} slices of whole "
-                       f"{SWIZZLE_ROWS}-row swizzle patterns")
+                       f"{SWIZZLE_ROWS}-row swizzle patterns: each block loads its whole tile")
             out.append(None)
             continue
         rows = c.rows // parts
@@ -194,7 +210,11 @@ def plan(shape: tuple[int, int, int], producers: list[Any], copies: list[TmaCopy
     if not any(out):
         detail = f" ({'; '.join(why)})" if why else ""
         return None, f"no load of the loop is shared by the blocks of a {cx}x{cy} cluster{detail}"
-    return ClusterPlan(cx, cy, bx, by, out), "; ".join(why)
+    for tag, r in sorted(rounded.items()):
+        why.append(f"the grid's {tag} extent {grid[tag]} is rounded up to {r}, a multiple of the cluster's "
+                   f"{cx if tag == 'blockIdx.x' else cy} (the extra blocks load and compute for their peers but "
+                   "store nothing: the epilogue runs under a test of the block index)")
+    return ClusterPlan(cx, cy, bx, by, out, {t: int(grid[t] or 1) for t in grid}, rounded), "; ".join(why)
 
 
 def block_vars_and_grid(func: Any) -> tuple[dict[str, Any], dict[str, int | None]]:
@@ -209,14 +229,32 @@ def block_vars_and_grid(func: Any) -> tuple[dict[str, Any], dict[str, int | None
 
 def finish(func: Any, cp: ClusterPlan) -> Any:
     """The kernel launched in clusters (``tl.cluster_dims``) with every thread meeting at a cluster barrier at the
-    end of its body (after the warp-specialised split: producer and consumers alike)."""
+    end of its body (after the warp-specialised split: producer and consumers alike), its grid rounded up where
+    the plan says (the epilogue's guard is :meth:`ClusterPlan.guard`, placed by the split)."""
+    import tvm
+
+    from ..common import ATTR_LAUNCH
+
     def visit(x: Any) -> Any:
-        if x.kind == tirx.ForKind.THREAD_BINDING and x.thread_binding is not None and \
-                str(x.thread_binding.thread_tag) == "threadIdx.x":
+        if x.kind != tirx.ForKind.THREAD_BINDING or x.thread_binding is None:
+            return x
+        tag = str(x.thread_binding.thread_tag)
+        if tag == "threadIdx.x":
             body = tirx.SeqStmt([x.body, extern("tl::cluster_sync")])
             return tirx.For(x.loop_var, x.min, x.extent, x.kind, body, x.thread_binding, x.annotations, x.step,
                             x.span)
+        if tag in cp.rounded:
+            ext = tirx.IntImm("int32", cp.rounded[tag])
+            iv = tirx.IterVar(tvm.ir.Range.from_min_extent(0, ext), x.loop_var, tirx.IterVar.ThreadIndex, tag)
+            return tirx.For(x.loop_var, x.min, ext, x.kind, x.body, iv, x.annotations, x.step, x.span)
         return x
 
     func = func.with_body(tvm_ffi.structural_map(func.body, [(tirx.For, visit)]))
+    if cp.rounded:
+        launch = func.attrs[ATTR_LAUNCH]
+        grid = list(launch["grid"])
+        for d, tag in enumerate(("blockIdx.x", "blockIdx.y")):
+            if tag in cp.rounded:
+                grid[d] = cp.rounded[tag]
+        func = func.with_attr(ATTR_LAUNCH, {"grid": grid, "threads": int(launch["threads"])})
     return func.with_attr(ATTR_CLUSTER, [cp.cx, cp.cy, 1])

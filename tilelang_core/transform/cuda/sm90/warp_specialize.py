@@ -187,10 +187,12 @@ def shared_binds(stmts: list[Any]) -> list[Any]:
     return out
 
 
-def split_thread_body(body: Any) -> Any:
+def split_thread_body(body: Any, guard: Any = None) -> Any:
     """The thread loop's body with the statements before and after the ``tl.ws_split`` (other than allocations,
     which move to the top, the barriers' initialisation and :func:`shared_binds`, which stay before the split)
-    moved into its consumer part, so the producer warpgroup runs nothing but its loop."""
+    moved into its consumer part, so the producer warpgroup runs nothing but its loop. ``guard``: a condition on
+    the block indices the statements after the loop (the epilogue) run under (a cluster's grid rounded up: the
+    extra blocks load and compute, for their peers' sake, but store nothing)."""
     stmts = _flatten(body)
     at = next(i for i, x in enumerate(stmts) if _is_attr(x, ATTR_SPLIT))
     binds = shared_binds(stmts[:at])
@@ -205,8 +207,11 @@ def split_thread_body(body: Any) -> Any:
     j = next(i for i, x in enumerate(rest) if _is_attr(x, ATTR_SPLIT))
     split = rest[j]
     producer, consumer = split.body.seq
+    after = rest[j + 1:]
+    if guard is not None and after:
+        after = [tirx.IfThenElse(guard, seq(after), None)]
     consumer = tirx.AttrStmt(consumer.node, ATTR_CONSUMER, consumer.value,
-                             seq([*rest[:j], consumer.body, *rest[j + 1:]]))
+                             seq([*rest[:j], consumer.body, *after]))
     new_split = tirx.AttrStmt(split.node, ATTR_SPLIT, split.value, seq([producer, consumer]), span=split.span)
     return seq([*allocs, *binds, *both, new_split])
 
