@@ -54,6 +54,7 @@ class PassConfigKey:
     TL_CUDA_ATTENTION_OVERLAP = "tl.cuda.attention_overlap"
     TL_CUDA_WS_KEEP_OCCUPANCY = "tl.cuda.ws_keep_occupancy"
     TL_CUDA_TMA_STORE = "tl.cuda.tma_store"
+    TL_CUDA_TMA_PLAIN_TILES = "tl.cuda.tma_plain_tiles"
     TL_CUDA_DEQUANT_FRAGMENTS = "tl.cuda.dequant_fragments"
     TL_CUDA_WGMMA_WRITTEN_TILES = "tl.cuda.wgmma_written_tiles"
     TL_CUDA_CLUSTER = "tl.cuda.cluster"
@@ -172,6 +173,11 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
     Option(K.TL_CUDA_PERSISTENT, "int", 0, "CUDA sm_90, a warp-specialised GEMM loop with more output tiles than "
            "blocks it may launch: 0 launches one block per SM (132) that walks the tiles in order, loading the next "
            "tile during this tile's epilogue; n > 0 launches n blocks; -1 keeps one block per tile", minimum=-1),
+    Option(K.TL_CUDA_TMA_PLAIN_TILES, "bool", False, "CUDA sm_90a, a T.Pipelined loop whose loads become TMA "
+           "boxes (it fills a wgmma tile): a load into a plain row-major shared tile (not a wgmma operand, no "
+           "swizzle: a float32 LSE row, a uint8 packed-weight tile) becomes a TMA box too (SWIZZLE_NONE, 1-D and "
+           "2-D tiles; float32/int32/int8/uint8/fp16/bf16/fp8), instead of keeping the whole loop on cp.async; "
+           "off by default until measured on the H200 (transform/cuda/sm90/tma.py, docs/cuda.md)"),
     Option(K.TL_CUDA_TMA_STORE, "bool", False, "CUDA sm_90a, a wgmma GEMM whose T.copy writes the whole "
            "accumulator tile into a 2-D float16/bfloat16 tensor (rows a multiple of 16 bytes): the tile goes out "
            "through a swizzled shared staging ring and TMA stores (cp.async.bulk.tensor, ragged edges clipped by "
