@@ -168,3 +168,11 @@ def test_a_decoded_tile_read_elsewhere_stays_in_shared_memory_with_a_note():
     notes = read_notes(f)
     assert any("B fragments are not computed" in n and "B_s is used by statements besides" in n for n in notes), notes
     assert "gemm_rb_step" not in str(f)
+
+
+def test_prefill_tiles_with_several_warp_rows_keep_the_shared_tile_with_a_note():
+    v = variant("hi_first")  # 128 x 64 x 128 tiles, 256 threads: 4 warp rows would each decode the same weights
+    f = _lowered(dv.program(v, 128, 256, 512, **dv.tiles(128, v)), ON)
+    notes = read_notes(f)
+    assert any("spread over 4 warps along M" in n for n in notes), notes
+    assert "gemm_rb_step" not in str(f)

@@ -11,10 +11,14 @@ headline) and with ``triton.testing.do_bench``. It also prints which mechanisms 
 ``gemm_dq4``, split-K's workspace reduce) and the compiler's notes, so a slow variant says why.
 
     python3 bench/gpu/dequant_variants.py [--log out.txt] [--only bf16 bk64] [--shapes 16x8192x8192]
-        [--pass-config tl.cuda.split_k=4 ...] [--no-split-baseline]
+        [--pass-config tl.cuda.split_k=4 ...] [--no-split-baseline] [--fragments]
 
 Kernels of the generic path that tl.SplitKCUDA split are timed again with ``tl.cuda.split_k=1`` (what split-K
 buys), unless ``--no-split-baseline``.
+
+``--fragments`` also checks and times every variant with ``tl.cuda.dequant_fragments=True`` (the general producer
+fusion: B fragments computed in registers from the decode nest, no decoded shared tile; the row gets the tag
+" fragments"), so one run gives both columns.
 
 Without a GPU, ``--source DIR`` writes each variant's generated CUDA C (and ptxas's register counts) to DIR.
 """
@@ -224,7 +228,8 @@ def compile_variant(v: Variant, M: int, N: int, K: int, pass_configs: dict[str, 
 # -- the GPU driver ------------------------------------------------------------------------------------------------
 def mechanisms(kernel: Any) -> str:
     src = kernel.get_kernel_source()
-    used = [name for mark, name in (("gemm_dq4", "recogniser gemm_dq4"), ("splitk_global_reduce", "split-K"),
+    used = [name for mark, name in (("gemm_dq4", "recogniser gemm_dq4"), ("gemm_rb_step", "B fragments in registers"),
+                                    ("splitk_global_reduce", "split-K"),
                                     ("cp_async", "cp.async"), ("mma.sync", "mma.sync"), ("gemm_ss", "gemm_ss"))
             if mark in src]
     grid = kernel.artifact.extra["cuda"].get("grid")
@@ -232,7 +237,7 @@ def mechanisms(kernel: Any) -> str:
 
 
 def run_gpu(names: list[str] | None, shapes: list[tuple[int, int, int]], pass_configs: dict[str, Any],
-            out: list[str], split_baseline: bool = True) -> None:
+            out: list[str], split_baseline: bool = True, fragments: bool = False) -> None:
     from run import bench_ms, bench_ms_clean
 
     for M, N, K in shapes:
@@ -247,6 +252,8 @@ def run_gpu(names: list[str] | None, shapes: list[tuple[int, int, int]], pass_co
             args = inputs(v, M, N, K)
             ref = reference(v, args[0], *args[1:])
             runs = [("", pass_configs)]
+            if fragments:  # the general producer fusion (tl.DequantFragmentsCUDA) beside the default path
+                runs.append((" fragments", {**pass_configs, "tl.cuda.dequant_fragments": True}))
             for tag, cfg in runs:
                 try:
                     kernel = compile_variant(v, M, N, K, cfg)
@@ -269,8 +276,9 @@ def run_gpu(names: list[str] | None, shapes: list[tuple[int, int, int]], pass_co
 
 
 def write_sources(dest: Path, names: list[str] | None, shapes: list[tuple[int, int, int]],
-                  pass_configs: dict[str, Any]) -> None:
-    """No GPU: each variant's CUDA C and lowered TIR into ``dest`` (through the CUDA build, nvcc included)."""
+                  pass_configs: dict[str, Any], fragments: bool = False) -> None:
+    """No GPU: each variant's CUDA C and lowered TIR into ``dest`` (through the CUDA build, nvcc included); with
+    ``fragments`` also each variant with ``tl.cuda.dequant_fragments=True`` (folders ending ``_fragments``)."""
     from tilelang_core.jit import _normalize_out_idx, _param_specs
     from tilelang_core.jit.cuda import build_artifact
 
@@ -278,17 +286,20 @@ def write_sources(dest: Path, names: list[str] | None, shapes: list[tuple[int, i
         for v in VARIANTS:
             if names and v.name not in names:
                 continue
-            func = program(v, M, N, K, **tiles(M, v))
-            d = dest / f"{v.name}_{M}x{N}x{K}"
-            d.mkdir(parents=True, exist_ok=True)
-            specs = _param_specs(func)
-            try:
-                art = build_artifact(func, d, {"kind": "cuda", "arch": "sm_90a"}, specs,
-                                     _normalize_out_idx([-1], len(specs)), pass_configs=pass_configs)
-            except Exception as e:  # noqa: BLE001 (one failed variant is a line of the listing)
-                print(d.name, "BUILD FAILED:", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
-                continue
-            print(d.name, art.extra["cuda"].get("grid"), art.extra.get("notes"))
+            cfgs = [("", pass_configs)] + ([("_fragments", {**pass_configs, "tl.cuda.dequant_fragments": True})]
+                                           if fragments else [])
+            for tag, cfg in cfgs:
+                func = program(v, M, N, K, **tiles(M, v))
+                d = dest / f"{v.name}_{M}x{N}x{K}{tag}"
+                d.mkdir(parents=True, exist_ok=True)
+                specs = _param_specs(func)
+                try:
+                    art = build_artifact(func, d, {"kind": "cuda", "arch": "sm_90a"}, specs,
+                                         _normalize_out_idx([-1], len(specs)), pass_configs=cfg)
+                except Exception as e:  # noqa: BLE001 (one failed variant is a line of the listing)
+                    print(d.name, "BUILD FAILED:", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+                    continue
+                print(d.name, art.extra["cuda"].get("grid"), art.extra.get("notes"))
 
 
 def main() -> None:
@@ -298,17 +309,19 @@ def main() -> None:
     ap.add_argument("--shapes", nargs="+", help="MxNxK")
     ap.add_argument("--pass-config", action="append", default=[], help="KEY=VALUE (a Python literal)")
     ap.add_argument("--source", help="no GPU: write the generated CUDA C of each variant under this folder")
+    ap.add_argument("--fragments", action="store_true", help="also check and time each variant with pass_configs "
+                    "tl.cuda.dequant_fragments=True (B fragments computed in registers from the decode nest)")
     ap.add_argument("--no-split-baseline", action="store_true", help="do not also time split kernels of the "
                     "generic path with pass_configs tl.cuda.split_k=1")
     args = ap.parse_args()
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes] if args.shapes else SHAPES
     cfg = {k: ast.literal_eval(val) for k, val in (p.split("=", 1) for p in args.pass_config)}
     if args.source:
-        write_sources(Path(args.source), args.only, shapes, cfg)
+        write_sources(Path(args.source), args.only, shapes, cfg, args.fragments)
         return
     out: list[str] = [f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, pass_configs {cfg}"]
     try:
-        run_gpu(args.only, shapes, cfg, out, not args.no_split_baseline)
+        run_gpu(args.only, shapes, cfg, out, not args.no_split_baseline, args.fragments)
     finally:
         text = "\n".join(out)
         print(text)

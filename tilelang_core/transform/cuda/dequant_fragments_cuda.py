@@ -29,10 +29,12 @@ were (a ragged N reads zeros).
 Conditions (each refusal is a note at the gemm's line; a kernel where no pair qualifies at all says so): a 2-D
 ``T.Parallel`` nest storing one shared tile at its own loop variables over the whole tile (one-element scalars such
 as ``q = ...`` inlined), followed directly by the ``T.gemm`` that reads that whole tile as B; the tile used by no
-other statement; A a whole 2-D shared tile of the same type (float16 or bfloat16), not transposed; the accumulator
-a float32 fragment in the ``mma`` layout (the mma.sync path: not wgmma); the expression reads only global or
-shared tiles and calls only pure operators. ``tl.FuseDequantGemmCUDA`` (the W4A16 recogniser) is not run when this
-option is on, so every dequant gemm goes through this general mechanism (or the generic path, with a note).
+other statement; A a whole 2-D shared tile of the same type (float16 or bfloat16), not transposed; the accumulator a
+float32 fragment in the ``mma`` layout (the mma.sync path: not wgmma) with one warp along M (decode tiles, M = 16:
+with several warp rows each would decode the same weights, where the shared tile decodes each once); the expression
+reads only global or shared tiles and calls only pure operators. ``tl.FuseDequantGemmCUDA`` (the W4A16 recogniser)
+is not run when this option is on, so every dequant gemm goes through this general mechanism (or the generic path,
+with a note).
 """
 
 from __future__ import annotations
@@ -258,6 +260,9 @@ class DequantFragmentsCUDA(Rewriter):
         if str(c.buffer.dtype) != "float32":
             return self._no(f"the accumulator is {c.buffer.dtype}, not float32")
         M, N, K = ops["M"], ops["N"], ops["K"]
+        if lay.warp_m != 1:
+            return self._no(f"the accumulator is spread over {lay.warp_m} warps along M: each would decode the same "
+                            "B fragments (the shared tile decodes each weight once); decode tiles have one warp row")
         if K % 16 or (M // lay.warp_m) % 16 or (N // lay.warp_n) % 8:
             return self._no(f"the tile {M}x{N}x{K} does not fit m16n8k16 steps on the {lay.warp_m}x{lay.warp_n} "
                             "warp grid")
