@@ -29,6 +29,14 @@ kernel with several static shared allocations is not modelled), then its bytes c
 A TMA store ``tl::tma_store_<2..5>d<i>(src, c0..)`` (``tl.cuda.tma_store``) writes the parts of its box inside the
 tensor at issue and reads its shared bytes until a ``tl::tma_store_wait_read`` retires its bulk group
 (``tl::tma_store_commit``); ``tl::wgmma_acc_to_slabs`` is replayed from the header.
+Thread-block clusters (``tl.cluster_dims``: ``tl.cuda.cluster``, sm90/cluster.py): the launch collects every block,
+then runs the blocks of each cluster together under one scheduler (thread ``rank * n + t``, vector clocks over the
+whole cluster), each block with its own shared memory, mbarriers, ``__syncthreads`` and named barriers;
+``tl::tma_load_2d_multicast`` writes its box into the block of each rank in its mask and completes on each one's
+mbarrier at the same offset, ``tl::mbar_arrive_cluster<n>`` arrives on the mbarrier at its offset in every block
+(``mapa``), ``tl::cluster_sync`` (``barrier.cluster``) waits for every thread of the cluster; addressing a block
+all of whose threads have exited is reported. ``schedule="rank_first"`` runs the lowest rank's runnable threads
+first (each block as far ahead of its peers as it can), instead of every runnable thread in turn.
 ``tl::mbar_fence_init``, ``tl::fence_proxy_async`` and ``setmaxnreg`` change nothing (setmaxnreg's count is checked:
 a multiple of 8 in 24..256, one per warpgroup, all of them within the 64K registers of an SM).
 
@@ -299,7 +307,13 @@ class _Mbar:
 class Emulator:
     """Runs the CUDA-bound TIR of ``func`` (a ``@T.prim_func`` before our passes) on CPU tensors."""
 
-    def __init__(self, func: Any, arch: str = "sm_90", pass_configs: dict[str, Any] | None = None) -> None:
+    def __init__(self, func: Any, arch: str = "sm_90", pass_configs: dict[str, Any] | None = None,
+                 schedule: str = "round_robin") -> None:
+        # ``schedule`` of a cluster's threads: "round_robin" (each runnable thread in turn) or "rank_first" (always a
+        # runnable thread of the lowest rank: each block runs as far ahead of its peers as it can)
+        if schedule not in ("round_robin", "rank_first"):
+            raise ValueError(f"schedule: 'round_robin' or 'rank_first', not {schedule!r}")
+        self.schedule = schedule
         self.func = prepare(func, arch, pass_configs)
         self.views: dict[Any, tuple[Any, Any]] = {}  # declared buffer -> (buffer it views, its element offset)
         self.globals: dict[Any, _Storage] = {}
@@ -877,9 +891,17 @@ class Emulator:
             return ptr
         if not 0 <= rank < len(peers):
             self.problem(f"thread {th.tid} addresses block {rank} of a cluster of {len(peers)}")
+        if th.block.sched is not None and th.block.sched.block_exited(rank):
+            self.problem(f"thread {th.tid} (block {th.rank}) addresses the shared memory of block {rank} of its "
+                         "cluster, which has exited (a barrier.cluster before exit keeps every block until its peers "
+                         "are done with it)")
         buf = next((b for b, st in th.shared.items() if st is ptr.storage), None)
-        if buf is None or buf not in peers[rank]:
-            self.problem(f"{ptr.storage.name}: not a shared allocation of every block of the cluster")
+        if buf is None:
+            self.problem(f"{ptr.storage.name}: not a shared allocation of the block")
+        if buf not in peers[rank]:  # a block's shared memory exists from its launch: the peer has not run its
+            # allocation yet (its bytes are fresh, its mbarriers not initialised)
+            peers[rank][buf] = _fresh(buf.name, len(ptr.storage.data), shared=True, track=True,
+                                      width=th.block.width)
         return _Pointer(peers[rank][buf], ptr.elem, ptr.dtype)
 
     def _mbar_arrive_cluster(self, n: int, args: list[Any], th: _Thread) -> None:
@@ -1314,7 +1336,7 @@ class Emulator:
                     th.ltid, th.rank, th.shared, th.coords = t, r, block.rank_shared[r], outer.coords
                     th.env[tvar] = np.array([t], dtype=np.int64)
                     gens.append(self._gen(body, th))
-            block.sched = _Scheduler(self, block, gens, per_block=n)
+            block.sched = _Scheduler(self, block, gens, per_block=n, rank_first=self.schedule == "rank_first")
             block.sched.run()
 
 
@@ -1328,13 +1350,16 @@ class _Scheduler:
     threads' vector clocks meet; a satisfied mbarrier wait acquires the clocks released into the completed phase.
     No runnable thread while some wait: a deadlock, reported with what each thread waits on."""
 
-    def __init__(self, emu: Emulator, block: _Block, gens: list[Iterator[Any]], per_block: int = 0) -> None:
+    def __init__(self, emu: Emulator, block: _Block, gens: list[Iterator[Any]], per_block: int = 0,
+                 rank_first: bool = False) -> None:
         self.emu, self.block, self.gens = emu, block, gens
         n = len(gens)
         self.n = n
         # the threads of one block (a cluster's scheduler runs several: barriers 0..15 meet within a block; the
         # ("cluster",) token, barrier.cluster, across all of them)
         self.per_block = per_block or n
+        self.rank_first = rank_first
+        self.left = [self.per_block] * (n // self.per_block)  # per block: threads that have not exited
         self.ready: deque[int] = deque(range(n))
         self.replies: list[Any] = [None] * n
         self.waiting: dict[int, Any] = {}  # thread -> the token it waits at
@@ -1347,7 +1372,12 @@ class _Scheduler:
 
     def run(self) -> None:
         while self.ready:
-            self.advance(self.ready.popleft())
+            if self.rank_first:
+                t = min(self.ready, key=lambda x: x // self.per_block)
+                self.ready.remove(t)
+            else:
+                t = self.ready.popleft()
+            self.advance(t)
         if len(self.exited) != self.n:
             self.deadlock()
 
@@ -1482,8 +1512,13 @@ class _Scheduler:
             self.block.release(tids)
         self.ready.extend(tids)
 
+    def block_exited(self, rank: int) -> bool:
+        """Every thread of the cluster's block ``rank`` has exited (its shared memory is gone)."""
+        return self.left[rank] == 0
+
     def on_exit(self, t: int) -> None:
         """An exited thread no longer counts at ``__syncthreads`` and ``__syncwarp``."""
+        self.left[t // self.per_block] -= 1
         for key in (("bar", t // self.per_block, 0), ("syncwarp", t // WARP), ("cluster",)):
             self.complete(key)
 

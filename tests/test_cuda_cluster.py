@@ -22,7 +22,7 @@ from tilelang_core.backend.cuda import codegen as cuda_codegen
 from tilelang_core.backend.cuda import find_nvcc
 from tilelang_core.pass_config import PassConfigKey, resolve
 from tilelang_core.quickstart import matmul_relu
-from tilelang_core.transform.cuda.common import extern_name
+from tilelang_core.transform.cuda.common import extern_name, is_sync
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cuda_emulator import EmulationError, Emulator, is_close_fraction  # noqa: E402
@@ -136,11 +136,12 @@ def test_a_clustered_kernel_is_not_made_persistent_and_says_so():
 
 # -- the emulator: the blocks of a cluster together --------------------------------------------------------------
 
-def _emulate(args: tuple, shape: tuple[int, ...], edit: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+def _emulate(args: tuple, shape: tuple[int, ...], edit: Any = None,
+             schedule: str = "round_robin") -> tuple[torch.Tensor, torch.Tensor]:
     M, N, K = args[:3]
     g = torch.Generator().manual_seed(sum(shape) * 7 + M)
     a, b = torch.randn(M, K, generator=g).half(), torch.randn(K, N, generator=g).half()
-    emu = Emulator(matmul_relu.get_program(*args), "sm_90a", {KEY: shape, "tl.cuda.split_k": 1})
+    emu = Emulator(matmul_relu.get_program(*args), "sm_90a", {KEY: shape, "tl.cuda.split_k": 1}, schedule)
     assert emu.cluster == (*shape, 1)
     if edit is not None:
         emu.func = edit(emu.func)
@@ -205,3 +206,42 @@ def test_the_emulator_catches_a_full_barrier_that_expects_only_the_own_slice():
     # 1's thread 128) has not yet been ordered before them
     with pytest.raises(EmulationError, match="wgmma of threads 0..127 reads bytes written by thread 384"):
         _emulate(SMALL, (2, 1), _rewrite(own_bytes))
+
+
+def test_an_emulated_cluster_whose_blocks_run_as_far_ahead_of_each_other_as_they_can_matches_torch():
+    c, ref = _emulate(SMALL, (2, 1), schedule="rank_first")
+    assert is_close_fraction(c, ref, rtol=1e-2, atol=1e-2) == 0.0
+
+
+def _without_cluster_sync(which: str) -> Any:
+    """The kernel without its first cluster barrier (``"init"``: the one after the barriers' initialisation and
+    ``__syncthreads``) or its last (``"exit"``)."""
+
+    def is_cluster_sync(x: Any) -> bool:
+        return isinstance(x, tirx.Evaluate) and isinstance(x.value, tvm.ir.Call) and \
+            extern_name(x.value) == "tl::cluster_sync"
+
+    def seq(x: Any) -> Any:
+        items = list(x.seq)
+        keep = [y for i, y in enumerate(items) if not (is_cluster_sync(y) and (which == "init") == (
+            i > 0 and is_sync(items[i - 1])))]
+        return tirx.SeqStmt(keep) if len(keep) != len(items) else x
+
+    def edit(func: Any) -> Any:
+        out = func.with_body(tvm_ffi.structural_map(func.body, [(tirx.SeqStmt, seq)]))
+        assert out.script().count("tl::cluster_sync") == 1
+        return out
+
+    return edit
+
+
+def test_the_emulator_catches_a_multicast_into_a_block_that_has_not_initialised_its_barriers():
+    # without the cluster barrier after the initialisation, block 0 runs ahead and multicasts into block 1
+    with pytest.raises(EmulationError, match="before tl::mbar_init"):
+        _emulate(SMALL, (2, 1), _without_cluster_sync("init"), schedule="rank_first")
+
+
+def test_the_emulator_catches_an_arrival_on_a_block_that_has_exited():
+    # without the cluster barrier at the end, block 0 exits while block 1's consumers still release its stages
+    with pytest.raises(EmulationError, match="which has exited"):
+        _emulate(SMALL, (2, 1), _without_cluster_sync("exit"), schedule="rank_first")
