@@ -136,12 +136,13 @@ def test_a_clustered_kernel_is_not_made_persistent_and_says_so():
 
 # -- the emulator: the blocks of a cluster together --------------------------------------------------------------
 
-def _emulate(args: tuple, shape: tuple[int, ...], edit: Any = None,
-             schedule: str = "round_robin") -> tuple[torch.Tensor, torch.Tensor]:
+def _emulate(args: tuple, shape: tuple[int, ...], edit: Any = None, schedule: str = "round_robin",
+             extra: dict[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     M, N, K = args[:3]
     g = torch.Generator().manual_seed(sum(shape) * 7 + M)
     a, b = torch.randn(M, K, generator=g).half(), torch.randn(K, N, generator=g).half()
-    emu = Emulator(matmul_relu.get_program(*args), "sm_90a", {KEY: shape, "tl.cuda.split_k": 1}, schedule)
+    emu = Emulator(matmul_relu.get_program(*args), "sm_90a", {KEY: shape, "tl.cuda.split_k": 1, **(extra or {})},
+                   schedule)
     assert emu.cluster == (*shape, 1)
     if edit is not None:
         emu.func = edit(emu.func)
@@ -213,6 +214,11 @@ def test_an_emulated_cluster_whose_blocks_run_as_far_ahead_of_each_other_as_they
     assert is_close_fraction(c, ref, rtol=1e-2, atol=1e-2) == 0.0
 
 
+def test_an_emulated_cluster_with_a_tma_store_epilogue_matches_torch():
+    c, ref = _emulate(SMALL, (1, 2), extra={"tl.cuda.tma_store": True})
+    assert is_close_fraction(c, ref, rtol=1e-2, atol=1e-2) == 0.0
+
+
 def _without_cluster_sync(which: str) -> Any:
     """The kernel without its first cluster barrier (``"init"``: the one after the barriers' initialisation and
     ``__syncthreads``) or its last (``"exit"``)."""
@@ -245,3 +251,19 @@ def test_the_emulator_catches_an_arrival_on_a_block_that_has_exited():
     # without the cluster barrier at the end, block 0 exits while block 1's consumers still release its stages
     with pytest.raises(EmulationError, match="which has exited"):
         _emulate(SMALL, (2, 1), _without_cluster_sync("exit"), schedule="rank_first")
+
+
+def test_an_emulated_two_by_two_cluster_of_transposed_operands_matches_torch():
+    # A stored K x M and B stored N x K: the shared tiles are MN-major (A^T: 32 x 128, B^T: 64 x 32), sliced by rows
+    # of K and of N
+    from wgmma_kernels import gemm_t
+
+    M, N, K = 256, 128, 64
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(K, M, generator=g).half(), torch.randn(N, K, generator=g).half()
+    emu = Emulator(gemm_t.get_program(M, N, K, 128, 64, 32, True, True, 2, 128, "float16"), "sm_90a",
+                   {KEY: (2, 2), "tl.cuda.split_k": 1})
+    assert emu.cluster == (2, 2, 1) and emu.func.script().count("tl::tma_load_2d_multicast") >= 2
+    c = torch.full((M, N), float("nan"), dtype=torch.float16)
+    emu.run([a, b, c])
+    assert is_close_fraction(c, torch.relu(a.double().T @ b.double().T), rtol=1e-2, atol=1e-2) == 0.0
