@@ -258,7 +258,7 @@ class PipelineCUDA(Rewriter):
         self.cluster_shape = cluster.requested(options)
         self.cluster_plan: cluster.ClusterPlan | None = None
         self.cluster_why = ""
-        self.block_vars, self.grid = cluster.block_vars_and_grid(func)
+        self.block_vars, self.grid = cluster.block_vars_and_grid(func) if self.cluster_shape else ({}, {})
 
     def _is_wgmma(self, gemm: Any) -> bool:
         lay = self.layouts.get(Region.of(gemm.value.args[2]).buffer)
