@@ -86,7 +86,9 @@ def test_a_compile_that_hangs_is_killed_after_the_task_timeout_and_recorded_as_f
                   db=tmp_path / "t.sqlite3", progress=False, finalists=0, **TIMING)
     hung, fine = result.measurements
     assert hung.status == COMPILE_ERROR and "compile_timeout_s=3" in hung.message and hung.attempts == 2
-    assert fine.ok and result.lost == 2
+    # the hung compile's two workers, plus one per retry of the fine config (on a loaded machine its task can also
+    # outlive the short limit once)
+    assert fine.ok and 2 + (fine.attempts - 1) <= result.lost <= 2 + 2 * (fine.attempts - 1)
 
 
 def test_ctrl_c_cancels_the_sweep_and_its_workers(executor, tmp_path):
@@ -120,8 +122,10 @@ def test_tune_timeout_kills_a_kernel_that_hangs_and_the_sweep_goes_on(executor, 
                   finalists=0, timeout=5, **TIMING)
     fine, hung = result.measurements
     assert hung.status == RUN_ERROR and "time_timeout_s=5" in hung.message and "lost" in hung.message
-    assert hung.attempts == 2 and result.lost == 2
-    assert fine.ok and fine.latency_ms > 0
+    assert hung.attempts == 2 and fine.ok and fine.latency_ms > 0
+    # the hung kernel's two timing workers, plus one per retry of the fine config (on a loaded machine a task of it
+    # can outlive the 5 s limit once: the stop CI saw 3)
+    assert 2 + (fine.attempts - 1) <= result.lost <= 2 + 2 * (fine.attempts - 1)  # a retry: compile and/or time
     assert sorted(r.status for r in db.query("stuck_gemm", device=None)) == ["ok", RUN_ERROR]
     assert executor.timeouts == {COMPILE: 900.0, TIME: 900.0}  # the sweep's limit does not stay on the executor
 
