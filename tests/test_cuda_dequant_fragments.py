@@ -5,9 +5,10 @@ With ``pass_configs={"tl.cuda.dequant_fragments": True}`` a dequantising GEMM wr
 then ``T.gemm(A_s, B_s, C)``) no longer materialises ``B_s``: each thread evaluates the nest's expression at its own
 mma.sync B fragment elements (k permuted so a lane's weights are one contiguous run) and issues the mma
 (``tl::gemm_rb_step``). Checked here: every variant of the bench (fp16 and bf16, both nibble orders, per-channel,
-group-128 scales, an asymmetric zero point, int8 weights, block_K 64 and 256, a ragged N) against torch through
-tests/cuda_emulator.py; the generated code (no decoded tile, no shared stores but the cp.async of the packed
-bytes, no ldmatrix, no barrier between the k-steps); the notes where the rule does not apply; the option's key."""
+group-128 scales, an asymmetric zero point, int8 and fp4 weights, block_K 64 and 256, a ragged N and M) against
+torch through tests/cuda_emulator.py; the generated code (no decoded tile, no shared stores but the cp.async of the
+packed bytes, no ldmatrix, no barrier between the k-steps); the notes where the rule does not apply; the option's
+key."""
 
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ CASES = [
     ("zp_g128", 16, 96, 256, 64),  # asymmetric zero point, groups of 128, ragged N (the second block: 32 rows)
     ("bk64", 16, 64, 256, 64),  # block_K 64: lane runs of 16 k, 4 K steps
     ("int8", 16, 64, 512, 64),
+    ("fp4_e2m1_g32", 7, 64, 256, 64),  # selects and shifts through scalars used several times, groups of 32, M = 7
 ]
 
 

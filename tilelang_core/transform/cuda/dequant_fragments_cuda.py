@@ -87,27 +87,36 @@ def physical_k(kk: int, q: int, e: int, ch: int) -> int:
     return (kk // steps) * 4 * ch + q * ch + (kk % steps) * 4 + e
 
 
-def _single_store(body: Any) -> tuple[Any, Any] | None:
-    """``(store, value)``: the one buffer store of a nest body, with its one-element scalars (``q = ...`` as a
-    ``Bind``/``LetStmt`` or a one-element local) substituted into the value; None if the body does anything else."""
-    vars_: dict[Any, Any] = {}
-    bufs: dict[Any, Any] = {}
+class NestValue:
+    """The value a nest body stores: ``store`` (the one buffer store), ``value`` (its value with every one-element
+    scalar of the body inlined, for analysis) and ``lets``/``raw`` (the scalars a body uses more than once and not
+    in an index, in order, and the stored value, with only the other scalars inlined: emitted as per-element
+    ``let``s, so a decode such as fp4's ``q``, ``e``, ``mag`` is computed once per element)."""
+
+    def __init__(self, store: Any, value: Any, lets: list[tuple[Any, Any]], raw: Any) -> None:
+        self.store, self.value, self.lets, self.raw = store, value, lets, raw
+
+
+def _single_store(body: Any) -> NestValue | None:
+    """The one buffer store of a nest body and its scalars (``q = ...`` as a ``Bind``/``LetStmt`` or a one-element
+    local); None if the body does anything else."""
+    binds: list[tuple[Any, Any]] = []  # (var, value as written: may use earlier scalars)
+    bufs: dict[Any, Any] = {}  # one-element local -> its var in binds
     out: list[Any] = []
 
-    def inline(e: Any) -> Any:
-        e = substitute(e, vars_) if vars_ else e
-        if bufs:
-            e = tvm_ffi.structural_map(e, [(tvm.ir.TensorLoad, lambda ld: bufs.get(ld.source, ld))])
-        return e
+    def as_vars(e: Any) -> Any:
+        if not bufs:
+            return e
+        return tvm_ffi.structural_map(e, [(tvm.ir.TensorLoad, lambda ld: bufs.get(ld.source, ld))])
 
     def walk(s: Any) -> bool:
         if isinstance(s, tirx.SeqStmt):
             return all(walk(x) for x in s.seq)
         if isinstance(s, tirx.Bind):
-            vars_[s.var] = inline(s.value)
+            binds.append((s.var, as_vars(s.value)))
             return True
         if isinstance(s, tirx.LetStmt):
-            vars_[s.var] = inline(s.value)
+            binds.append((s.var, as_vars(s.value)))
             return walk(s.body)
         if isinstance(s, tirx.AllocBuffer) and s.buffer.scope() in ("local", "local.var") and \
                 [const_int(x) for x in s.buffer.shape] == [1]:
@@ -121,16 +130,44 @@ def _single_store(body: Any) -> tuple[Any, Any] | None:
         if s.buffer.scope() in ("local", "local.var") and [const_int(x) for x in s.buffer.shape] == [1]:
             if s.buffer in bufs:
                 return False  # a scalar stored twice: not a plain value
-            bufs[s.buffer] = inline(s.value)
+            v = tvm.ir.Var(s.buffer.name, str(s.buffer.dtype))
+            binds.append((v, as_vars(s.value)))
+            bufs[s.buffer] = v
             return True
         if out:
             return False
-        out.append((s, inline(s.value)))
+        out.append((s, as_vars(s.value)))
         return True
 
     if not walk(body) or not out:
         return None
-    return out[0]
+    store, raw = out[0]
+    exprs = [v for _, v in binds] + [raw]
+    in_index = [x for e in exprs for ld in loads_in(e) for i in ld.indices for x in _vars(i)]
+    uses = [x for e in exprs for x in _vars(e, unique=False)]
+    inline: dict[Any, Any] = {}
+    full: dict[Any, Any] = {}
+    lets = []
+    for var, val in binds:
+        full[var] = substitute(val, full)
+        if any(var.same_as(x) for x in in_index) or sum(var.same_as(x) for x in uses) <= 1:
+            inline[var] = substitute(val, inline)
+        else:
+            lets.append((var, substitute(val, inline)))
+    return NestValue(store, substitute(raw, full), lets, substitute(raw, inline))
+
+
+def _vars(e: Any, unique: bool = True) -> list[Any]:
+    """The variables ``e`` mentions (each once, or every occurrence)."""
+    found: list[Any] = []
+
+    def rec(v: Any) -> Any:
+        if not unique or not any(v.same_as(x) for x in found):
+            found.append(v)
+        return v
+
+    tvm_ffi.structural_map(e, [(tvm.ir.Var, rec)])
+    return found
 
 
 def _impure(e: Any) -> bool:
@@ -233,7 +270,7 @@ class DequantFragmentsCUDA(Rewriter):
         got = _single_store(body)
         if got is None:
             return self._no("the nest does more than store one tile (one-element scalars aside)")
-        store, value = got
+        store, value = got.store, got.value
         W = store.buffer
         a, b, c = ops["a"], ops["b"], ops["c"]
         if not W.same_as(b.buffer):
@@ -277,10 +314,10 @@ class DequantFragmentsCUDA(Rewriter):
         if _impure(value):
             return self._no("the nest calls something other than a pure operator")
         n_var, k_var = (vs[0], vs[1]) if ops["tb"] else (vs[1], vs[0])
-        return self.emit(gemm, ops, lay, value, n_var, k_var)
+        return self.emit(gemm, ops, lay, got, n_var, k_var)
 
     # -- emission ------------------------------------------------------------------------------------------
-    def emit(self, gemm: Any, ops: dict[str, Any], lay: Any, value: Any, n_var: Any, k_var: Any) -> Any:
+    def emit(self, gemm: Any, ops: dict[str, Any], lay: Any, nv: NestValue, n_var: Any, k_var: Any) -> Any:
         a, c = ops["a"], ops["c"]
         M, N, K = ops["M"], ops["N"], ops["K"]
         dt = str(ops["b"].buffer.dtype)
@@ -303,30 +340,55 @@ class DequantFragmentsCUDA(Rewriter):
         c_ptr = tirx.address_of(tirx.BufferLoad(acc, [zero]))
         u = new_var("dq_u")
         for g in range(K // (4 * ch)):
-            elems: list[list[Any]] = []  # [ni][u]: the value at this lane's k run
+            elems: list[list[Any]] = []  # [ni][u]: a function of the bfrag slot storing the value at k = run + u
             for ni in range(NT):
                 n = wc * WN + ni * 8 + tirx.floordiv(lane, 4)
                 jb = g * 4 * ch + tirx.floormod(lane, 4) * ch
                 self.bind_loop(u, zero, tirx.IntImm("int32", ch))
-                e0 = self.ana.simplify(substitute(value, {n_var: n, k_var: jb + u}))
-                e0, pre = self.stage(e0, u, ch, f"{g}_{ni}")
+                sub = {n_var: n, k_var: jb + u}
+                rep, pre = self.stage(self.ana.simplify(substitute(nv.value, sub)), u, ch, f"{g}_{ni}")
                 stmts += pre
-                elems.append([self.ana.simplify(substitute(e0, {u: tirx.IntImm("int32", x)})) for x in range(ch)])
+                lets = []
+                for var, val in nv.lets:
+                    arr = tirx.decl_buffer((ch,), dtype_of(var), f"dq_{var.name}_{g}_{ni}", scope="local")
+                    stmts.append(tirx.AllocBuffer(arr))
+                    lets.append((var, rep(self.ana.simplify(substitute(val, sub))), arr))
+                raw = rep(self.ana.simplify(substitute(nv.raw, sub)))
+                elems.append([self.element(lets, raw, u, x) for x in range(ch)])
             for t in range(steps):
                 kk = g * steps + t
                 for ni in range(NT):
                     for e in range(4):
-                        stmts.append(tirx.BufferStore(bfrag, elems[ni][t * 4 + e], [tirx.IntImm("int32", ni * 4 + e)]))
+                        stmts.append(elems[ni][t * 4 + e](bfrag, ni * 4 + e))
                 name = f"tl::gemm_rb_step<{M}, {N}, {K}, {lay.warp_m}, {lay.warp_n}, {swa}, {ch}, {kk}>"
                 stmts.append(extern(name, a_ptr, b_ptr, c_ptr))
         self.removed.append(ops["b"].buffer)
         return seq(stmts, gemm.span)
 
+    def element(self, lets: list[tuple[Any, Any, Any]], raw: Any, u: Any, x: int) -> Any:
+        """A function ``(buffer, slot) -> statements`` storing the value at ``u = x``: first the nest's
+        multiply-used scalars into element ``x`` of their register arrays (``lets``: var, value, array; as
+        tl.LowerParallelCUDA gives each lane's scalars a slot: a bound variable would be substituted into every
+        use by TVM's simplifier), then the value."""
+        xi = tirx.IntImm("int32", x)
+        at: dict[Any, Any] = {u: xi}
+        stores = []
+        for var, val, arr in lets:
+            stores.append(tirx.BufferStore(arr, self.ana.simplify(substitute(val, at)), [xi]))
+            at[var] = tirx.BufferLoad(arr, [xi])
+        value = self.ana.simplify(substitute(raw, at))
+
+        def store(buf: Any, slot: int) -> Any:
+            return seq(stores + [tirx.BufferStore(buf, value, [tirx.IntImm("int32", slot)])])
+
+        return store
+
     def stage(self, e: Any, u: Any, ch: int, tag: str) -> tuple[Any, list[Any]]:
-        """``e`` (the value at ``k = run base + u``, ``u`` in ``[0, ch)``) with each load that the run reads
-        contiguously or packed (``[..., base + u // c]``, shared tiles) staged into a register array by vector
-        loads, and each load the run does not move (one address) staged into one register; the statements that
-        fill the arrays. Global loads are bounds-guarded. Other loads stay (read per element)."""
+        """Stage the loads of ``e`` (the value at ``k = run base + u``, ``u`` in ``[0, ch)``): each load that the run
+        reads contiguously or packed (``[..., base + u // c]``, shared tiles) into a register array by vector loads,
+        each load the run does not move (one address) into one register. Returns a function that rewrites an
+        expression's loads to read the arrays (global loads bounds-guarded; other loads stay, read per element)
+        and the statements that fill the arrays."""
         staged: list[tuple[Any, Any, int]] = []
         pre: list[Any] = []
         zero = tirx.IntImm("int32", 0)
@@ -359,7 +421,10 @@ class DequantFragmentsCUDA(Rewriter):
                     return tirx.BufferLoad(arr, [zero if kind == 0 else tirx.floordiv(u, kind) if kind > 1 else u])
             return self.guard(ld) if is_global(ld.source) else ld
 
-        return tvm_ffi.structural_map(e, [(tvm.ir.TensorLoad, from_array)]), pre
+        def replace(x: Any) -> Any:
+            return tvm_ffi.structural_map(x, [(tvm.ir.TensorLoad, from_array)])
+
+        return replace, pre
 
     def run_kind(self, ld: Any, u: Any, ch: int) -> int | None:
         """How load ``ld`` moves along the run ``u`` in ``[0, ch)``: 0 one address, 1 contiguous, ``c`` > 1
