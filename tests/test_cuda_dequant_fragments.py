@@ -86,6 +86,9 @@ def test_the_decoded_tile_is_gone_no_shared_stores_no_ldmatrix_no_barrier_betwee
     kernel = dv.compile_variant(v, 16, 1024, 1024, ON, target={"kind": "cuda", "arch": "sm_90a"})
     src = kernel.get_kernel_source()
     assert src.count("tl::gemm_rb_step<16, 128, 256, 1, 4, ") == 16  # 16 k-steps per K tile, k runs of 32
+    # nibbles 16 bits apart in each register's halves (D = 4): both halves from one word, fp16 math on half2
+    assert "tl::gemm_rb_step<16, 128, 256, 1, 4, 9, 32, 0, 4>" in src
+    assert src.count("(uint)1677747200") == 16 * 8  # | 0x64006400: 8 registers of B per step
     assert "B_s" not in src and "tl::gemm_ss" not in src and "gemm_dq4" not in src
     assert src.count("__syncthreads") == 2  # the pipeline's one per K step and the one after the loop
     # each lane's 32 packed weights of a row: one 16-byte run (two 8-byte accesses, merged by ptxas)
@@ -102,6 +105,7 @@ def test_the_decoded_tile_is_gone_no_shared_stores_no_ldmatrix_no_barrier_betwee
     assert not [o for o in ops if o.startswith("STS")]  # the decoded values never reach shared memory
     assert not [o for o in ops if o.startswith("LDSM")]
     assert sum(o.startswith("HMMA.16816.F32") for o in ops) >= 64
+    assert not [o for o in ops if o.startswith("I2F")]  # no int -> fp16 conversions: the 0x6400 exponent trick
 
 
 @needs_nvcc
@@ -178,3 +182,11 @@ def test_prefill_tiles_with_several_warp_rows_keep_the_shared_tile_with_a_note()
     notes = read_notes(f)
     assert any("spread over 4 warps along M" in n for n in notes), notes
     assert "gemm_rb_step" not in str(f)
+
+
+def test_int8_and_bf16_keep_one_element_at_a_time_in_natural_k_order():
+    # no bit field of a packed word (int8) / no fp16 exponent trick (bf16): D = 1, each element stored alone
+    for name in ("int8", "bf16"):
+        v = variant(name)
+        src = str(_lowered(dv.program(v, 16, 256, 512, **dv.tiles(16, v)), ON))
+        assert re.search(r"tl::gemm_rb_step<16, 128, 256, 1, 4, \d+, 32, 0, 1>", src), name

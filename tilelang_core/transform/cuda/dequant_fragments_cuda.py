@@ -26,6 +26,11 @@ per-channel scale, a group's scale or zero point) is loaded once; the template l
 (one 8-byte shared load per row and step instead of ``ldmatrix``). Global loads are bounds-guarded as the nest's
 were (a ragged N reads zeros).
 
+**Word pairs.** The two halves of each B register may be paired ``D`` apart inside the run (``D = 4``: nibbles
+``i`` and ``i + 4`` of one 32-bit word, 16 bits apart); where the nest's value is a bit field of a staged byte
+cast to fp16 (plus a shared integer, times shared fp16 values), both halves are decoded by one word operation in
+``half2`` (``fragment_pairs.py``). The pass takes ``D = 4`` when the first register qualifies, else ``D = 1``.
+
 Conditions (each refusal is a note at the gemm's line; a kernel where no pair qualifies at all says so): a 2-D
 ``T.Parallel`` nest storing one shared tile at its own loop variables over the whole tile (one-element scalars such
 as ``q = ...`` inlined), followed directly by the ``T.gemm`` that reads that whole tile as B; the tile used by no
@@ -65,6 +70,7 @@ from .common import (
     substitute,
     swizzles_of,
 )
+from .fragment_pairs import pair_value
 from .layouts import dtype_bytes
 
 PURE_OPS = {"tirx.if_then_else", "prim.if_then_else", "tirx.shift_left", "tirx.shift_right", "tirx.bitwise_and",
@@ -81,10 +87,11 @@ def lane_run(K: int) -> int:
     raise ValueError(f"K = {K} is not a multiple of 16")
 
 
-def physical_k(kk: int, q: int, e: int, ch: int) -> int:
-    """The tile's k that element ``e`` (0..3) of lane quad position ``q`` feeds in k-step ``kk``."""
-    steps = ch // 4
-    return (kk // steps) * 4 * ch + q * ch + (kk % steps) * 4 + e
+def run_offset(t: int, e: int, d: int) -> int:
+    """Where element ``e`` (0..3) of step ``t`` of a group sits in a lane's k run (include/tl/gemm_frag.cuh): the
+    register pair ``p = 2t + e // 2`` holds ``2d (p // d) + p % d`` and that ``+ d``."""
+    p = 2 * t + e // 2
+    return 2 * d * (p // d) + p % d + d * (e % 2)
 
 
 class NestValue:
@@ -339,8 +346,9 @@ class DequantFragmentsCUDA(Rewriter):
         b_ptr = tirx.address_of(tirx.BufferLoad(bfrag, [zero]))
         c_ptr = tirx.address_of(tirx.BufferLoad(acc, [zero]))
         u = new_var("dq_u")
+        d = None  # the pair distance of the k permutation (include/tl/gemm_frag.cuh), chosen on the first group
         for g in range(K // (4 * ch)):
-            elems: list[list[Any]] = []  # [ni][u]: a function of the bfrag slot storing the value at k = run + u
+            elems: list[list[Any]] = []  # [ni][u]: (statements, value) at k = run + u
             for ni in range(NT):
                 n = wc * WN + ni * 8 + tirx.floordiv(lane, 4)
                 jb = g * 4 * ch + tirx.floormod(lane, 4) * ch
@@ -355,33 +363,41 @@ class DequantFragmentsCUDA(Rewriter):
                     lets.append((var, rep(self.ana.simplify(substitute(val, sub))), arr))
                 raw = rep(self.ana.simplify(substitute(nv.raw, sub)))
                 elems.append([self.element(lets, raw, u, x) for x in range(ch)])
+            if d is None:  # nibbles 16 bits apart in a register's two halves, where one word operation makes both
+                d = 4 if ch % 8 == 0 and self.paired(elems[0], 0, 0, 4) is not None else 1
             for t in range(steps):
                 kk = g * steps + t
                 for ni in range(NT):
-                    for e in range(4):
-                        stmts.append(elems[ni][t * 4 + e](bfrag, ni * 4 + e))
-                name = f"tl::gemm_rb_step<{M}, {N}, {K}, {lay.warp_m}, {lay.warp_n}, {swa}, {ch}, {kk}>"
+                    for e in (0, 2):
+                        pair = self.paired(elems[ni], t, e, d) if d > 1 else None
+                        if pair is not None:
+                            stmts.append(tirx.BufferStore(bfrag, pair, [tirx.Ramp(tirx.IntImm("int32", ni * 4 + e),
+                                                                                   tirx.IntImm("int32", 1), 2)]))
+                            continue
+                        for h in (0, 1):
+                            pre_h, value = elems[ni][run_offset(t, e + h, d)]
+                            stmts += pre_h + [tirx.BufferStore(bfrag, value, [tirx.IntImm("int32", ni * 4 + e + h)])]
+                name = f"tl::gemm_rb_step<{M}, {N}, {K}, {lay.warp_m}, {lay.warp_n}, {swa}, {ch}, {kk}, {d}>"
                 stmts.append(extern(name, a_ptr, b_ptr, c_ptr))
         self.removed.append(ops["b"].buffer)
         return seq(stmts, gemm.span)
 
-    def element(self, lets: list[tuple[Any, Any, Any]], raw: Any, u: Any, x: int) -> Any:
-        """A function ``(buffer, slot) -> statements`` storing the value at ``u = x``: first the nest's
-        multiply-used scalars into element ``x`` of their register arrays (``lets``: var, value, array; as
-        tl.LowerParallelCUDA gives each lane's scalars a slot: a bound variable would be substituted into every
-        use by TVM's simplifier), then the value."""
+    def paired(self, elems: list[tuple[list[Any], Any]], t: int, e: int, d: int) -> Any:
+        """Elements ``e`` and ``e + 1`` of step ``t`` as one ``float16x2`` value (fragment_pairs.py), or None."""
+        (pre0, v0), (pre1, v1) = elems[run_offset(t, e, d)], elems[run_offset(t, e + 1, d)]
+        return pair_value(v0, v1, self.ana) if not pre0 and not pre1 else None
+
+    def element(self, lets: list[tuple[Any, Any, Any]], raw: Any, u: Any, x: int) -> tuple[list[Any], Any]:
+        """The value at ``u = x`` and the statements before it: the nest's multiply-used scalars stored into
+        element ``x`` of their register arrays (``lets``: var, value, array; as tl.LowerParallelCUDA gives each
+        lane's scalars a slot: a bound variable would be substituted into every use by TVM's simplifier)."""
         xi = tirx.IntImm("int32", x)
         at: dict[Any, Any] = {u: xi}
         stores = []
         for var, val, arr in lets:
             stores.append(tirx.BufferStore(arr, self.ana.simplify(substitute(val, at)), [xi]))
             at[var] = tirx.BufferLoad(arr, [xi])
-        value = self.ana.simplify(substitute(raw, at))
-
-        def store(buf: Any, slot: int) -> Any:
-            return seq(stores + [tirx.BufferStore(buf, value, [tirx.IntImm("int32", slot)])])
-
-        return store
+        return stores, self.ana.simplify(substitute(raw, at))
 
     def stage(self, e: Any, u: Any, ch: int, tag: str) -> tuple[Any, list[Any]]:
         """Stage the loads of ``e`` (the value at ``k = run base + u``, ``u`` in ``[0, ch)``): each load that the run

@@ -6,9 +6,14 @@
 //
 // The k order inside a tile is permuted (a dot product's terms may be summed in any order, as long as A and B
 // agree): with CH = the k run of one lane (4, 8, 16 or 32; 4 * CH divides K), k-step kk = g * (CH/4) + t uses, in
-// lane l (q = l % 4, r = l / 4), the physical k = g*4*CH + q*CH + t*4 + e for e = 0..3 where m16n8k16 puts the
-// logical rows 2q, 2q+1, 2q+8, 2q+9. So over the CH/4 steps of a group a lane's k are one contiguous run of CH:
-// its packed weights are one wide load, and its A elements are one 8-byte shared load per row and step.
+// lane l (q = l % 4, r = l / 4), k in the run g*4*CH + q*CH .. + CH where m16n8k16 puts the logical rows 2q, 2q+1
+// (one 32-bit register of B) and 2q+8, 2q+9 (the other). So over the CH/4 steps of a group a lane's k are one
+// contiguous run of CH: its packed weights are one wide load. Inside the run, register halves are paired D apart
+// (D = 1, 2 or 4): pair p holds k = 2D*(p/D) + p%D and that + D, step t takes pairs 2t (rows 2q, 2q+1) and 2t+1
+// (rows 2q+8, 2q+9). D = 1 is k = 4t .. 4t+3 in order; D = 4 pairs the nibbles 16 bits apart in one 32-bit word
+// of int4 weights (D = 2 the bytes of int8), so the caller can make both halves with one word operation. A is
+// loaded with the same permutation: one 8-byte shared load per row and step (D = 4: 16 bytes per two steps) and,
+// for D > 1, two byte permutes.
 //
 // A: the M x K row-major shared tile, XOR-swizzled with SWZ_A (tl::swizzle); warp (wr, wc) of the WARP_M x
 // WARP_N grid owns rows wr*WM .. and columns wc*WN .. as in tl::gemm_ss. bfrag: NT x 4 elements,
@@ -19,26 +24,46 @@
 
 namespace tl {
 
-template <int M, int N, int K, int WARP_M, int WARP_N, int SWZ_A, int CH, int KK, typename T>
+template <int M, int N, int K, int WARP_M, int WARP_N, int SWZ_A, int CH, int KK, int D, typename T>
 __device__ __forceinline__ void gemm_rb_step(const T* A, const T* bfrag, float* C) {
   constexpr int WM = M / WARP_M, WN = N / WARP_N;
   constexpr int MT = WM / 16, NT = WN / 8;
   constexpr int STEPS = CH / 4;
   static_assert(WM % 16 == 0 && WN % 8 == 0 && K % (4 * CH) == 0 && CH % 4 == 0 && KK < K / 16,
                 "gemm_rb_step: tile does not fit the warp grid or the k permutation");
+  static_assert(D == 1 || D == 2 || (D == 4 && CH % 8 == 0), "gemm_rb_step: pairs D apart must fit the run");
   constexpr int ES = sizeof(T);
+  constexpr int G = KK / STEPS, TS = KK % STEPS;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wr = warp / WARP_N;
   const int q = lane % 4, r = lane / 4;
-  const int col = (KK / STEPS) * 4 * CH + q * CH + (KK % STEPS) * 4;
+  // the first k of the window of A this step reads: 4 halves at 4t (D = 1, 2), 8 halves at 8(t/2) (D = 4)
+  const int col = G * 4 * CH + q * CH + (D == 4 ? (TS / 2) * 8 : TS * 4);
   const char* a_bytes = reinterpret_cast<const char*>(A);
   const unsigned* b32 = reinterpret_cast<const unsigned*>(bfrag);
 #pragma unroll
   for (int mi = 0; mi < MT; ++mi) {
-    const int row = wr * WM + mi * 16 + r;
-    const uint2 lo = *reinterpret_cast<const uint2*>(a_bytes + swizzle<SWZ_A>((row * K + col) * ES));
-    const uint2 hi = *reinterpret_cast<const uint2*>(a_bytes + swizzle<SWZ_A>(((row + 8) * K + col) * ES));
-    const unsigned a[4] = {lo.x, hi.x, lo.y, hi.y};
+    unsigned a[4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // rows r and r + 8: registers a[h] (pair 2t) and a[2 + h] (pair 2t + 1)
+      const int row = wr * WM + mi * 16 + r + 8 * h;
+      const char* at = a_bytes + swizzle<SWZ_A>((row * K + col) * ES);
+      if constexpr (D == 4) {
+        const uint4 v = *reinterpret_cast<const uint4*>(at);
+        const unsigned lo = (TS % 2) ? v.y : v.x, hi = (TS % 2) ? v.w : v.z;
+        a[h] = __byte_perm(lo, hi, 0x5410);
+        a[2 + h] = __byte_perm(lo, hi, 0x7632);
+      } else {
+        const uint2 v = *reinterpret_cast<const uint2*>(at);
+        if constexpr (D == 2) {
+          a[h] = __byte_perm(v.x, v.y, 0x5410);
+          a[2 + h] = __byte_perm(v.x, v.y, 0x7632);
+        } else {
+          a[h] = v.x;
+          a[2 + h] = v.y;
+        }
+      }
+    }
 #pragma unroll
     for (int ni = 0; ni < NT; ++ni) {
       const unsigned b[2] = {b32[ni * 2], b32[ni * 2 + 1]};
