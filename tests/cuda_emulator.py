@@ -20,12 +20,13 @@ when none can run, the deadlock is reported with what each waiting thread waits 
 (``include/tl/tma.cuh``) are kept by shared address: ``mbar_init(count)``; ``mbar_expect_tx`` = one arrival plus
 the bytes of transactions; ``mbar_arrive``; a phase completes when its arrivals and bytes are all in, and
 ``mbar_wait(parity)`` passes once the phase of that parity has completed (the phase in progress has the other
-parity: on a fresh barrier parity 1 passes at once). A TMA load ``tl::tma_load_<2..5>d<i>(dst, bar, c0..)``
+parity: on a fresh barrier parity 1 passes at once). A TMA load ``tl::tma_load_<1..5>d<i>(dst, bar, c0..)``
 completes when issued: the box of tensor map ``i`` (the kernel's ``tl.tma_maps``; dims and box innermost first;
 ``param`` names the tensor) at coordinates ``c0`` (innermost) .., zero outside the tensor, is written into shared
 memory in row-major box order through the map's swizzle (Swizzle<B, 4, 3> of the byte offset from the start of the
 block's shared memory, B = 3 / 2 / 1 for 128 / 64 / 32 bytes: the dynamic shared memory is 1024-byte aligned, and a
-kernel with several static shared allocations is not modelled), then its bytes complete on ``bar``.
+kernel with several static shared allocations is not modelled; a map of swizzle 0, ``tl.cuda.tma_plain_tiles``:
+the box row-major, as it is), then its bytes complete on ``bar``.
 A TMA store ``tl::tma_store_<2..5>d<i>(src, c0..)`` (``tl.cuda.tma_store``) writes the parts of its box inside the
 tensor at issue and reads its shared bytes until a ``tl::tma_store_wait_read`` retires its bulk group
 (``tl::tma_store_commit``); ``tl::wgmma_acc_to_slabs`` is replayed from the header.
@@ -646,6 +647,15 @@ class Emulator:
             return
         if fname == "printf":
             return
+        if fname == "atomicAdd":  # T.atomic_add: read-modify-write of one element (an atomic is never a race)
+            ptr = self.pointer(args[0], th)
+            if ptr.dtype == "bfloat16":
+                raise NotImplementedError("emulator: atomicAdd on bfloat16")
+            view = ptr.storage.view(ptr.dtype)
+            if not 0 <= ptr.elem < len(view):
+                self.problem(f"atomicAdd at {ptr.storage.name}[{ptr.elem}] outside its {len(view)} elements")
+            view[ptr.elem] = _cast(view[ptr.elem:ptr.elem + 1] + self.ev(args[1], th), ptr.dtype)[0]
+            return
         m = re.fullmatch(r"tl::gemm_rb_step<([\d, ]+)>", fname)
         if m:  # one k-step of mma.sync with B fragments from the threads' registers (include/tl/gemm_frag.cuh)
             params = tuple(int(x) for x in m[1].split(","))
@@ -717,7 +727,7 @@ class Emulator:
             return
         if fname in ("tl::mbar_fence_init", "tl::fence_proxy_async"):
             return  # orderings the emulator's memory has already: init and TMA act at once, in program order
-        m = re.fullmatch(r"tl::tma_load_([2-5])d<(\d+)>", fname)
+        m = re.fullmatch(r"tl::tma_load_([1-5])d<(\d+)>", fname)
         if m:
             self._tma_load(int(m[1]), int(m[2]), args, th)
             return
@@ -823,9 +833,11 @@ class Emulator:
         if len(dims) != rank or len(box) != rank:
             self.problem(f"{op} of a {len(dims)}-D map ({mp['param']})")
         es = np.dtype(_STORAGE[str(mp["dtype"])]).itemsize if mp["dtype"] in _STORAGE else 1
-        if swz not in (32, 64, 128) or box[0] * es > swz or any(not 1 <= x <= 256 for x in box):
+        if (swz not in (32, 64, 128) or box[0] * es > swz) and (swz != 0 or box[0] * es % 16) or \
+                any(not 1 <= x <= 256 for x in box):
             self.problem(f"tensor map {index} ({mp['param']}): a box of {box} elements of {es} bytes with a {swz}-byte "
-                         "swizzle (the inner box dimension may span at most the swizzle's bytes, each at most 256)")
+                         "swizzle (the inner box dimension may span at most the swizzle's bytes, or without a swizzle "
+                         "a multiple of 16 bytes; each at most 256)")
         smem = self.pointer(args[0], th)
         coords = [self.scalar(a, th) for a in args[-rank:]]
         param = next((p for p in self.func.params if p.name == mp["param"]), None)
@@ -847,7 +859,7 @@ class Emulator:
         if not st.shared or d0 % 128:
             self.problem(f"{op} at {st.name} byte {d0}: not 128-byte aligned shared memory")
         lb = d0 + np.arange(gbytes.size, dtype=np.int64)
-        phys = lb ^ (((lb >> 7) & (swz // 16 - 1)) << 4)
+        phys = lb ^ (((lb >> 7) & (swz // 16 - 1)) << 4) if swz else lb  # 0: SWIZZLE_NONE, the box row-major
         if phys.max() >= len(st.data):
             self.problem(f"{op} covers {st.name} bytes {d0}..{d0 + gbytes.size} outside its {len(st.data)}")
         return mp, glob, inside, gbytes, st, phys
@@ -1217,15 +1229,16 @@ class Emulator:
                 self._raw_store(th, pc, r, (acc + prod[row, col]).astype(np.float32))
 
     def _mma_rb(self, block: _Block, tokens: list[Any], tids: list[int], params: tuple[int, ...]) -> None:
-        """``tl::gemm_rb_step<M, N, K, WARP_M, WARP_N, SWZ_A, CH, KK, D>(A, bfrag, C)`` (include/tl/gemm_frag.cuh),
+        """``tl::gemm_rb_step<M, N, K, WARP_M, WARP_N, SWZ_A, CH, KK>(A, bfrag, C)`` (include/tl/gemm_frag.cuh),
         issued by the 32 lanes of a warp: C += A[:, ks] B_regs for k-step KK, where lane l (q = l % 4, r = l / 4)
-        feeds the tile's k = (KK / (CH/4)) 4 CH + q CH + rb_offset(KK % (CH/4), e, D) (e = 0..3) with its registers
+        feeds the tile's k = (KK / (CH/4)) 4 CH + q CH + (KK % (CH/4)) 4 + e (e = 0..3) with its registers
         bfrag[ni * 4 + e] (column wc WN + ni 8 + r of B) and with A's elements at those k (from the swizzled shared
         tile, which must be written and ordered before every lane of the warp, as for tl::gemm_ss)."""
         from tilelang_core.transform.cuda.layouts import FragmentLayout
 
-        M, N, K, wg_m, wg_n, swa, ch, kk, d = params
-        ks = [(kk // (ch // 4)) * 4 * ch + q * ch + rb_offset(kk % (ch // 4), e, d) for q in range(4) for e in range(4)]
+        M, N, K, wg_m, wg_n, swa, ch, kk = params
+        steps = ch // 4
+        ks = [(kk // steps) * 4 * ch + q * ch + (kk % steps) * 4 + e for q in range(4) for e in range(4)]
         a_ptr = tokens[0][2][0]
         if any(tok[2][0].storage is not a_ptr.storage or tok[2][0].elem != a_ptr.elem for tok in tokens):
             self.problem("the lanes of a warp pass different A tiles to one tl::gemm_rb_step")
@@ -1306,6 +1319,16 @@ class Emulator:
             threads.append(th)
         block.sched = _Scheduler(self, block, [self._gen(body, th) for th in threads])
         block.sched.run()
+        self._check_transactions(block)
+
+    def _check_transactions(self, block: _Block) -> None:
+        """When a block ends, every mbarrier's phases have had exactly the bytes they expected (``expect_tx``): a
+        count left above zero is bytes that never landed, below zero bytes that landed after their phase had
+        completed (a stage's barrier that leaves out some of its boxes), either a wrong kernel on the GPU."""
+        for bar in block.mbars.values():
+            if bar.tx:
+                self.problem(f"mbarrier {bar.label} ends with {-bar.tx if bar.tx < 0 else bar.tx} bytes of "
+                             f"transactions {'beyond what its phases expected' if bar.tx < 0 else 'never landed'}")
 
     def _run_clusters(self) -> None:
         """Every cluster of the collected blocks, one after the other; the blocks of a cluster together: one
@@ -1337,6 +1360,7 @@ class Emulator:
                     gens.append(self._gen(body, th))
             block.sched = _Scheduler(self, block, gens, per_block=n, rank_first=self.schedule == "rank_first")
             block.sched.run()
+            self._check_transactions(block)
 
 
 class _Scheduler:
@@ -1597,13 +1621,6 @@ def _wgmma_tile(ptr: _Pointer, rows: int, cols: int, swz: int, what: str,
     raw = view[elems]
     vals = (raw.astype(np.uint32) << 16).view(np.float32) if ptr.dtype == "bfloat16" else raw.astype(np.float32)
     return vals, elems
-
-
-def rb_offset(t: int, e: int, d: int) -> int:
-    """Where element ``e`` (0..3) of step ``t`` sits in a lane's k run (include/tl/gemm_frag.cuh): pair ``2t + e // 2``
-    holds ``2d (p // d) + p % d`` and that ``+ d``."""
-    p = 2 * t + e // 2
-    return 2 * d * (p // d) + p % d + d * (e % 2)
 
 
 def _tile_bytes(elems: np.ndarray, dtype: str) -> np.ndarray:

@@ -246,7 +246,9 @@ class TensorMaps:
         return addr
 
 
-TMA_ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
+TMA_ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
+                     # plain tiles (pass_configs tl.cuda.tma_plain_tiles)
+                     "float32": 4, "int32": 4, "int8": 1, "uint8": 1}
 
 
 def encode_tensor_map(spec: dict[str, Any], address: int) -> bytes:
@@ -262,7 +264,11 @@ def encode_tensor_map(spec: dict[str, Any], address: int) -> bytes:
     dtypes = {"float16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
               "bfloat16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
               "float8_e4m3fn": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8,
-              "float8_e5m2": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8}
+              "float8_e5m2": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8,
+              "float32": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+              "int32": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_INT32,
+              "int8": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8,  # bytes, as float8
+              "uint8": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8}
     swizzles = {0: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,  # a store from a row-major shared tile
                 32: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
                 64: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,

@@ -57,6 +57,7 @@ from tvm import tirx
 from ...language._ir import Region
 from ...language.loops import STAGES_ATTR
 from ...pass_config import DEFAULT, PassConfig, PassConfigKey
+from ..common.layout_annotations import user_layouts
 from ..common.regions import is_global
 from ..common.rewriter import Rewriter, const_int, location_of, seq, tile_op_name, with_span
 from .common import (
@@ -245,6 +246,7 @@ class PipelineCUDA(Rewriter):
         self.layouts = layouts_of(func)
         self.locals = locals_of(func)
         self.swizzle = swizzles_of(func)
+        self.index_tiles = frozenset(n for n, u in user_layouts(func).items() if u.kind == "index")
         self.notes: list[str] = []  # why a wgmma T.gemm keeps wait_group 0 (appended to tl.wgmma_notes)
         self.pipelined_depth = 0
         self.fused_notes: list[str] = []  # why an mma T.gemm's pipelined loop skips tl::pipe_gemm_step (tl.notes)
@@ -549,10 +551,12 @@ class PipelineCUDA(Rewriter):
 
     def _tma_copies(self, producers: list[Any]) -> list[tma.TmaCopy] | None:
         """The producers as TMA copies (their maps recorded in ``self.tma_maps``), or None with the reason noted:
-        on sm_90 with ``tl.disable_tma_lower`` off, when every producer is a whole 2-D tile into a wgmma layout."""
+        on sm_90 with ``tl.disable_tma_lower`` off, when every producer is a whole 2-D tile into a wgmma layout
+        (with ``tl.cuda.tma_plain_tiles``, or into a plain row-major tile, when one producer fills a wgmma tile)."""
         if self.options[PassConfigKey.TL_DISABLE_TMA_LOWER] or not self.arch.startswith("sm_90") or self.tid is None:
             return None
-        plans = [tma.plan_copy(p, self.swizzle) for p in producers]
+        plain = bool(self.options[PassConfigKey.TL_CUDA_TMA_PLAIN_TILES])  # plain tiles too (SWIZZLE_NONE boxes)
+        plans = [tma.plan_copy(p, self.swizzle, plain, self.index_tiles) for p in producers]
         if not any(is_wgmma_swizzle(self.swizzle.get(_producer_dst(p), 0)) for p in producers):
             return None  # no producer fills a wgmma tile (tiles for mma.sync or FMA): nothing to report
         hinted = [p for p in producers if eviction_of(p)]
@@ -563,6 +567,9 @@ class PipelineCUDA(Rewriter):
                                     "eviction_policy is carried by cp.async's L2 cache hint")
             return None
         why = next((w for m, w in plans if m is None), "")
+        if why and not plain and any(m is None and not is_wgmma_swizzle(self.swizzle.get(_producer_dst(p), 0))
+                                     for (m, _), p in zip(plans, producers)):
+            why += " (pass_configs tl.cuda.tma_plain_tiles=True loads plain tiles by TMA too)"
         if why:
             self.fused_notes.append(f"T.Pipelined loads keep cp.async, not TMA: {why}")
             return None
@@ -570,7 +577,8 @@ class PipelineCUDA(Rewriter):
         for (m, _), p in zip(plans, producers):
             if m not in self.tma_maps:
                 self.tma_maps.append(m)
-            rows, cols = (int(x) for x in Region.of(p.value.args[1]).extents)
+            ext = [int(x) for x in Region.of(p.value.args[1]).extents]  # a plain tile may be 1-D (one row)
+            rows, cols = (ext[0] if len(ext) == 2 else 1), ext[-1]
             out.append(tma.TmaCopy(self.tma_maps.index(m), rows, cols, m.box[0],
                                    rows * cols * dtype_bytes(m.dtype), m.rank))
         return out

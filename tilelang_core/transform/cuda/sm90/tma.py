@@ -26,6 +26,14 @@ the launcher for each call's tensors (``runtime/exported.py``: ``TensorMaps``) f
 records (``tl.tma_maps``); the code generator passes them to the kernel as one ``__grid_constant__`` parameter.
 pass_configs ``tl.disable_tma_lower=True`` keeps ``cp.async``; when TMA does not apply, the reason is recorded as a
 kernel note.
+
+**Plain tiles** (pass_configs ``tl.cuda.tma_plain_tiles``, off by default): one load that cannot be a box keeps the
+whole loop on ``cp.async``, and loops such as the attention backward (float32 ``LSE`` / ``Delta`` rows) or the
+dequantised prefill (a uint8 packed-weight tile its ``T.Parallel`` nest reads) have such a load beside their wgmma
+tiles. With the key, a load into a plain row-major shared tile (swizzle code 0: not a wgmma operand, not
+XOR-swizzled, no user index map) becomes one box of the whole tile with ``SWIZZLE_NONE``, which writes the box
+row-major, densely, exactly the tile's layout: :func:`plan_plain_copy` (1-D tiles are a box of one row). The
+loop's schedule, barriers and expected bytes are the same as for wgmma tiles.
 """
 
 from __future__ import annotations
@@ -47,14 +55,18 @@ MAX_BOX = 256  # a TMA box dimension holds at most 256 elements
 # element types a tensor map is encoded for (float8 as bytes: a box of them is a plain copy; an out-of-bounds zero
 # byte is +0.0 in both float8 formats); a 128 B swizzle atom is 64 of the 2-byte types and 128 of the 1-byte ones
 TMA_DTYPES = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+# element types of a plain (SWIZZLE_NONE) box: the launcher's tensor-map types (runtime/exported.py; the 1-byte
+# types travel as UINT8: a box is a copy, and the out-of-bounds fill is zero bytes)
+PLAIN_DTYPES = ("float32", "int32", "int8", "uint8", *TMA_DTYPES)
+SMEM_ALIGN = 128  # a TMA load's shared destination is 128-byte aligned (tiles are: tl.LowerSharedMemoryCUDA)
 
 
-MAX_RANK = 5  # cp.async.bulk.tensor takes 1-D to 5-D tensor maps
+MAX_RANK = 5  # cp.async.bulk.tensor takes 1-D to 5-D tensor maps (wgmma tiles here: 2-D and up)
 
 
 @dataclass(frozen=True)
 class TmaMap:
-    """One tensor map: a 2-D to 5-D global tensor parameter read in ``box``-sized element boxes. ``dims`` and
+    """One tensor map: a 1-D to 5-D global tensor parameter read in ``box``-sized element boxes. ``dims`` and
     ``box`` list the dimensions innermost first (the reverse of the tensor's shape): for a 2-D tensor (columns,
     rows); for a ``[batch, seq, heads, dim]`` tensor (dim, heads, seq, batch), with a box of (atom, 1, rows, 1)."""
 
@@ -62,7 +74,7 @@ class TmaMap:
     dtype: str
     dims: tuple[int, ...]  # the global tensor's extents, innermost first
     box: tuple[int, ...]  # innermost: one swizzle atom's width; the tile's row dimension: its rows; the rest 1
-    swizzle: int  # bytes: 128, 64 or 32
+    swizzle: int  # bytes: 128, 64 or 32; 0 for a plain tile (SWIZZLE_NONE: the box row-major, the tile's layout)
 
     @property
     def rank(self) -> int:
@@ -76,16 +88,21 @@ class TmaCopy:
     map_index: int
     rows: int
     cols: int
-    atom: int  # elements per column block (a swizzle atom's width)
+    atom: int  # elements per column block (a swizzle atom's width; a plain tile's whole row)
     nbytes: int
     rank: int = 2  # the map's rank (tl::tma_load_<rank>d)
 
 
-def plan_copy(copy: Any, swizzle: dict[Any, int]) -> tuple[TmaMap | None, str]:
-    """The tensor map a producer ``T.copy`` needs to be one TMA box per column block, or (None, why not)."""
+def plan_copy(copy: Any, swizzle: dict[Any, int], plain: bool = False,
+              index_layouts: frozenset[str] = frozenset()) -> tuple[TmaMap | None, str]:
+    """The tensor map a producer ``T.copy`` needs to be one TMA box per column block, or (None, why not).
+    ``plain`` (``tl.cuda.tma_plain_tiles``): a tile that is not a wgmma operand is planned by
+    :func:`plan_plain_copy` (``index_layouts``: the tiles with a ``T.annotate_layout`` index map)."""
     src, dst = Region.of(copy.value.args[0]), Region.of(copy.value.args[1])
     g, t = src.buffer, dst.buffer
     dt = str(t.dtype)
+    if plain and not is_wgmma_swizzle(swizzle.get(t, 0)):
+        return plan_plain_copy(copy, swizzle.get(t, 0), index_layouts)
     if not is_global(g) or str(g.dtype) != dt or dt not in TMA_DTYPES:
         return None, (f"TMA here copies float16/bfloat16/float8_e4m3fn/float8_e5m2 global tensors of the tile's "
                       f"dtype ({g.name} -> {t.name})")
@@ -116,6 +133,55 @@ def plan_copy(copy: Any, swizzle: dict[Any, int]) -> tuple[TmaMap | None, str]:
     return TmaMap(g.name, dt, tuple(reversed(gshape)), tuple(box), code - WGMMA_SWIZZLE_BASE), ""
 
 
+def plan_plain_copy(copy: Any, code: int, index_layouts: frozenset[str] = frozenset()) -> tuple[TmaMap | None, str]:
+    """The tensor map of a producer ``T.copy`` into a plain row-major shared tile (swizzle ``code`` 0) as one
+    ``SWIZZLE_NONE`` box of the whole tile, or (None, why not). A 1-D tile is a box of one row (``LSE[b, h, s0:s0 +
+    64]``: box (64, 1, 1) on the map of ``LSE``); a 2-D tile reads the tensor's last dimension and one other. The
+    hardware's rules, checked: each box dimension at most 256 elements, the innermost box a multiple of 16 bytes,
+    the tensor's rows (its byte strides) multiples of 16 bytes; and every stage of the tile starts 128-byte aligned
+    (the tile's bytes a multiple of 128)."""
+    src, dst = Region.of(copy.value.args[0]), Region.of(copy.value.args[1])
+    g, t = src.buffer, dst.buffer
+    dt = str(t.dtype)
+    if not is_global(g) or str(g.dtype) != dt or dt not in PLAIN_DTYPES:
+        return None, (f"TMA copies global tensors of the tile's dtype into plain tiles of {'/'.join(PLAIN_DTYPES)} "
+                      f"({g.name} {g.dtype} -> {t.name} {t.dtype})")
+    if code:
+        return None, (f"the shared tile {t.name} has the mma.sync XOR swizzle that ldmatrix reads (shift {code}), "
+                      "which a TMA box does not write (TMA's swizzles act on the shared address bits of 1024-byte "
+                      "aligned tiles; this one on the tile's own offset, rows of any power-of-two width)")
+    if t.name in index_layouts:
+        return None, f"the shared tile {t.name} has a T.annotate_layout index map (a TMA box is written row-major)"
+    gshape = [const_int(x) for x in g.shape]
+    if not 1 <= len(gshape) <= MAX_RANK or None in gshape:
+        return None, f"{g.name} is not a 1-D to {MAX_RANK}-D tensor of constant shape (TMA's tensor maps)"
+    tshape = [const_int(x) for x in t.shape]
+    if len(tshape) not in (1, 2) or [const_int(x) for x in dst.extents] != tshape:
+        return None, f"the copy into {t.name} is not of one whole 1-D or 2-D tile"
+    rows, cols = (tshape if len(tshape) == 2 else [1, tshape[0]])
+    ext = [const_int(x) for x in src.extents]
+    outer = [d for d in range(len(ext) - 1) if ext[d] != 1]
+    if ext[-1] != cols or len(outer) > 1 or (outer and ext[outer[0]] != rows) or (not outer and rows != 1):
+        return None, (f"the copy into {t.name} does not read a {rows}x{cols} tile of {g.name}'s last dimension and "
+                      f"one other (read: {'x'.join(map(str, ext))})")
+    es = dtype_bytes(dt)
+    if rows > MAX_BOX or cols > MAX_BOX:
+        return None, f"the tile {t.name} ({rows}x{cols}) is larger than one TMA box ({MAX_BOX} elements a dimension)"
+    if (cols * es) % 16:
+        return None, (f"the tile {t.name}'s rows are {cols * es} bytes, not a multiple of 16 (a TMA box's innermost "
+                      "dimension)")
+    if len(gshape) > 1 and (gshape[-1] * es) % 16:
+        return None, f"rows of {g.name} are {gshape[-1] * es} bytes, not a multiple of 16 (TMA's stride unit)"
+    if (rows * cols * es) % SMEM_ALIGN:
+        return None, (f"a stage of {t.name} is {rows * cols * es} bytes, not a multiple of {SMEM_ALIGN} (each "
+                      "stage's TMA destination must be 128-byte aligned)")
+    box = [1] * len(gshape)
+    box[0] = cols
+    if outer:
+        box[len(gshape) - 1 - outer[0]] = rows
+    return TmaMap(g.name, dt, tuple(reversed(gshape)), tuple(box), 0), ""
+
+
 def box_loads(copy: TmaCopy, rank: int, src_mins: list[Any], tile: Any, stage: Any, bar: Any, simplify: Any,
               span: Any) -> list[Any]:
     """The TMA loads that fill ``tile[stage]`` (its column blocks, one box each) from the source region starting at
@@ -124,7 +190,8 @@ def box_loads(copy: TmaCopy, rank: int, src_mins: list[Any], tile: Any, stage: A
     zero = tirx.IntImm("int32", 0)
     out = []
     for cb in range(copy.cols // copy.atom):
-        ptr = tirx.address_of(tirx.BufferLoad(tile, [stage, zero, tirx.IntImm("int32", cb * copy.atom)]))
+        lead = [zero] * (len(tile.shape) - 2)  # a staged 2-D tile's row; none for a staged 1-D (plain) tile
+        ptr = tirx.address_of(tirx.BufferLoad(tile, [stage, *lead, tirx.IntImm("int32", cb * copy.atom)]))
         coords = [simplify(src_mins[-1] + cb * copy.atom), *(simplify(m) for m in reversed(src_mins[:-1]))]
         out.append(with_span(extern(f"tl::tma_load_{rank}d<{copy.map_index}>", ptr, bar, *coords), span))
     return out

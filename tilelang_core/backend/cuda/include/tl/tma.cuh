@@ -66,6 +66,14 @@ __device__ __forceinline__ void tma_load_2d(const TmaDesc* map, void* dst, void*
       : "memory");
 }
 
+// a 1-D box (a plain tile of a 1-D tensor: pass_configs tl.cuda.tma_plain_tiles)
+__device__ __forceinline__ void tma_load_1d(const TmaDesc* map, void* dst, void* bar, int c0) {
+  asm volatile(
+      "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];"
+      ::"r"(smem_addr(dst)), "l"(reinterpret_cast<unsigned long long>(map)), "r"(smem_addr(bar)), "r"(c0)
+      : "memory");
+}
+
 // the same for a 3-D to 5-D map (coordinates innermost first): a 2-D tile of a [batch, seq, heads, dim] tensor is
 // a box of (atom, 1, rows, 1), so a ragged seq is zero-filled at its own edge, never read from the next batch
 __device__ __forceinline__ void tma_load_3d(const TmaDesc* map, void* dst, void* bar, int c0, int c1, int c2) {
