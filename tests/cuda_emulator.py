@@ -1229,16 +1229,15 @@ class Emulator:
                 self._raw_store(th, pc, r, (acc + prod[row, col]).astype(np.float32))
 
     def _mma_rb(self, block: _Block, tokens: list[Any], tids: list[int], params: tuple[int, ...]) -> None:
-        """``tl::gemm_rb_step<M, N, K, WARP_M, WARP_N, SWZ_A, CH, KK>(A, bfrag, C)`` (include/tl/gemm_frag.cuh),
+        """``tl::gemm_rb_step<M, N, K, WARP_M, WARP_N, SWZ_A, CH, KK, D>(A, bfrag, C)`` (include/tl/gemm_frag.cuh),
         issued by the 32 lanes of a warp: C += A[:, ks] B_regs for k-step KK, where lane l (q = l % 4, r = l / 4)
-        feeds the tile's k = (KK / (CH/4)) 4 CH + q CH + (KK % (CH/4)) 4 + e (e = 0..3) with its registers
+        feeds the tile's k = (KK / (CH/4)) 4 CH + q CH + rb_offset(KK % (CH/4), e, D) (e = 0..3) with its registers
         bfrag[ni * 4 + e] (column wc WN + ni 8 + r of B) and with A's elements at those k (from the swizzled shared
         tile, which must be written and ordered before every lane of the warp, as for tl::gemm_ss)."""
         from tilelang_core.transform.cuda.layouts import FragmentLayout
 
-        M, N, K, wg_m, wg_n, swa, ch, kk = params
-        steps = ch // 4
-        ks = [(kk // steps) * 4 * ch + q * ch + (kk % steps) * 4 + e for q in range(4) for e in range(4)]
+        M, N, K, wg_m, wg_n, swa, ch, kk, d = params
+        ks = [(kk // (ch // 4)) * 4 * ch + q * ch + rb_offset(kk % (ch // 4), e, d) for q in range(4) for e in range(4)]
         a_ptr = tokens[0][2][0]
         if any(tok[2][0].storage is not a_ptr.storage or tok[2][0].elem != a_ptr.elem for tok in tokens):
             self.problem("the lanes of a warp pass different A tiles to one tl::gemm_rb_step")
@@ -1621,6 +1620,13 @@ def _wgmma_tile(ptr: _Pointer, rows: int, cols: int, swz: int, what: str,
     raw = view[elems]
     vals = (raw.astype(np.uint32) << 16).view(np.float32) if ptr.dtype == "bfloat16" else raw.astype(np.float32)
     return vals, elems
+
+
+def rb_offset(t: int, e: int, d: int) -> int:
+    """Where element ``e`` (0..3) of step ``t`` sits in a lane's k run (include/tl/gemm_frag.cuh): pair ``2t + e // 2``
+    holds ``2d (p // d) + p % d`` and that ``+ d``."""
+    p = 2 * t + e // 2
+    return 2 * d * (p // d) + p % d + d * (e % 2)
 
 
 def _tile_bytes(elems: np.ndarray, dtype: str) -> np.ndarray:
