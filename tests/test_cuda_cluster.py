@@ -97,6 +97,25 @@ def test_ptxas_builds_it_for_sm_90a_and_the_sass_has_multicast_tma_loads(shape):
     assert n_multicast * 3 == n_all * {(2, 1): 1, (1, 2): 2, (2, 2): 3}[shape], (n_multicast, n_all)
 
 
+def test_a_clusters_producer_warpgroup_keeps_more_registers():
+    from tilelang_core.transform.cuda.warp_specialize_cuda import register_split
+
+    assert register_split(256, clustered=True) == (56, 224) and register_split(256) == (40, 232)
+    assert register_split(384, clustered=True) == (56, 152) and register_split(384) == (24, 160)
+    assert register_split(128, clustered=True) is None
+
+
+@needs_nvcc
+def test_a_persistent_clustered_kernel_builds_without_spills():
+    # 512 tiles of 128 x 256: persistent, clusters of 4; at 40 producer registers ptxas spilled ~800 bytes
+    k = tilelang.compile(matmul_relu.get_program(4096, 4096, 512, 128, 256, 64, 4, 256, "float16"), out_idx=[-1],
+                         target=SM90A, pass_configs={KEY: (2, 2)})
+    src = k.get_kernel_source("cuda")
+    assert "tile_iter" in src and "tl::setmaxnreg_dec<56>" in src and "tl::setmaxnreg_inc<224>" in src
+    res = k.resources()
+    assert res is not None and res.spills == 0 and res.registers == 168, res
+
+
 # -- where it does not apply --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args,pass_configs,arch,why", [
@@ -129,9 +148,19 @@ def test_a_grid_the_cluster_does_not_divide_is_rounded_up_and_the_extra_blocks_s
     assert "if (((int)blockIdx.x) < 3) {" in src
 
 
-def test_a_clustered_kernel_is_not_made_persistent_and_says_so():
-    notes = _notes((4096, 4096, 256, 128, 256, 64, 4, 256, "float16"), {KEY: (2, 1)})
-    assert any("not persistent" in n and "cluster: 2x1" in n for n in notes), notes
+@pytest.mark.parametrize("shape", [(2, 1), (1, 2), (2, 2)])
+def test_a_persistent_kernel_launches_its_blocks_in_one_dimensional_clusters_that_walk_the_tiles_together(shape):
+    args = (4096, 4096, 256, 128, 256, 64, 4, 256, "float16")  # 512 tiles: persistent by default
+    size = shape[0] * shape[1]
+    notes = _notes(args, {KEY: shape})
+    assert any(f"persistent: 132 blocks in clusters of {size} walk the 512 output tiles" in n for n in notes), notes
+    src = _source(args, {KEY: shape})
+    assert f"__cluster_dims__({size}, 1, 1)" in src and "tile_iter" in src and "tl::tma_load_2d_multicast(" in src
+
+
+def test_persistent_blocks_that_are_not_whole_clusters_keep_one_block_per_tile():
+    notes = _notes((4096, 4096, 256, 128, 256, 64, 4, 256, "float16"), {KEY: (2, 1), "tl.cuda.persistent": 7})
+    assert any("not persistent (7 blocks are not whole clusters of 2)" in n for n in notes), notes
 
 
 # -- the emulator: the blocks of a cluster together --------------------------------------------------------------
@@ -143,7 +172,8 @@ def _emulate(args: tuple, shape: tuple[int, ...], edit: Any = None, schedule: st
     a, b = torch.randn(M, K, generator=g).half(), torch.randn(K, N, generator=g).half()
     emu = Emulator(matmul_relu.get_program(*args), "sm_90a", {KEY: shape, "tl.cuda.split_k": 1, **(extra or {})},
                    schedule)
-    assert emu.cluster == (*shape, 1)
+    persistent = "tile_iter" in emu.func.script()
+    assert emu.cluster == ((shape[0] * shape[1], 1, 1) if persistent else (*shape, 1))  # persistent: 1-D clusters
     if edit is not None:
         emu.func = edit(emu.func)
     c = torch.full((M, N), float("nan"), dtype=torch.float16)
@@ -159,6 +189,16 @@ def test_emulated_clusters_of_the_quickstart_gemm_match_torch(shape):
 
 def test_an_emulated_two_by_two_cluster_multicasting_both_operands_matches_torch():
     c, ref = _emulate((256, 256, 64, 128, 128, 32, 2, 128, "float16"), (2, 2))
+    assert is_close_fraction(c, ref, rtol=1e-2, atol=1e-2) == 0.0
+
+
+@pytest.mark.parametrize("args,shape", [((256, 128, 128, 128, 64, 32, 2, 128, "float16"), (2, 1)),
+                                        ((256, 128, 128, 128, 64, 32, 2, 128, "float16"), (1, 2)),
+                                        ((128, 192, 64, 128, 64, 32, 2, 128, "float16"), (2, 1))],
+                         ids=["2x1", "1x2", "2x1-rounded"])
+def test_an_emulated_persistent_cluster_walking_the_tiles_together_matches_torch(args, shape):
+    # two persistent blocks, one cluster, walking two cluster tiles (the rounded grid's second holds the extra block)
+    c, ref = _emulate(args, shape, extra={"tl.cuda.persistent": 2})
     assert is_close_fraction(c, ref, rtol=1e-2, atol=1e-2) == 0.0
 
 

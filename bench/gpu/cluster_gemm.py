@@ -4,9 +4,10 @@ shipped H200 config, at 8192³ (``--only 4096`` for 4096³), fp16 and bf16, besi
 ``python bench/gpu/cluster_gemm.py [--cluster 2x1 1x2 2x2] [--only 8192]`` on the H200 (PYTHONPATH = the repo and
 TVM). For each shape and dtype: the shipped config of ``tilelang_core/autotune/data/defaults.json`` as shipped (the
 baseline), then for each ``--cluster`` shape the same tile with the cluster key (a clustered kernel is
-warp-specialised and keeps one block per tile: the shipped config's ``tl.disable_warp_specialized`` is dropped for
-it), beside its unclustered twin (the same tile warp-specialised, ``tl.cuda.persistent=-1``), so the cluster's own
-effect is twin/clustered; and the same for ``gemm_shapes.py``'s tiles of that shape. Every kernel is checked against
+warp-specialised: the shipped config's ``tl.disable_warp_specialized`` is dropped for it), with one block per tile
+(``tl.cuda.persistent=-1``) and persistent (132 blocks in 1-D clusters walking the tiles together), each beside its
+unclustered twin (the same tile and persistence without the key), so the cluster's own effect is twin/clustered;
+and the same for ``gemm_shapes.py``'s tiles of that shape. Every kernel is checked against
 ``torch.relu(a @ b)``, clustered ones bit for bit against their unclustered twin; the baseline, the twin and the
 clustered kernel are timed interleaved ``--rounds`` times with the clean-L2 timer of ``run.py`` (medians reported).
 One line per config: times, against the baseline and cuBLAS, registers, and the note when the cluster did not
@@ -35,7 +36,7 @@ from tilelang_core.quickstart import matmul_relu  # noqa: E402
 
 KEY = "tl.cuda.cluster"
 NOT_WITH_CLUSTERS = ("tl.disable_warp_specialized", "tl.cuda.persistent")
-ONE_BLOCK_PER_TILE = {"tl.cuda.persistent": -1}  # what a clustered kernel is: its unclustered twin is the same
+PERSISTENCE = {"one block per tile": -1, "persistent": 0}  # both forms, each clustered against its unclustered twin
 
 
 def _build(M: int, N: int, K: int, cfg: tuple[int, ...], dt: str, pc: dict[str, Any]) -> Any:
@@ -77,15 +78,15 @@ def main() -> None:
             base = _build(M, N, K, base_cfg, dt, base_pc)
             print(f"  baseline {_label(base_cfg, base_pc)} [shipped]", flush=True)
             tiles = [(base_cfg, base_pc)] + [(c, {}) for c in cfgs if c != base_cfg]
-            for cfg, pc in tiles:
-                ws_pc = {**{k: v for k, v in pc.items() if k not in NOT_WITH_CLUSTERS}, **ONE_BLOCK_PER_TILE}
+            for (cfg, pc), (form, persist) in ((t, f) for t in tiles for f in PERSISTENCE.items()):
+                ws_pc = {**{k: v for k, v in pc.items() if k not in NOT_WITH_CLUSTERS}, "tl.cuda.persistent": persist}
                 try:
                     ws = _build(M, N, K, cfg, dt, ws_pc)
                 except Exception as e:  # noqa: BLE001 - report the config and go on
                     print(f"  {_label(cfg, ws_pc)}: COMPILE FAILED {str(e)[:200]}", flush=True)
                     continue
                 for shape in shapes:
-                    label = _label(cfg, {**ws_pc, KEY: "x".join(map(str, shape))})
+                    label = _label(cfg, {**ws_pc, KEY: "x".join(map(str, shape))}) + f" [{form}]"
                     try:
                         on = _build(M, N, K, cfg, dt, {**ws_pc, KEY: shape})
                     except Exception as e:  # noqa: BLE001

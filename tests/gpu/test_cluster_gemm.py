@@ -1,6 +1,7 @@
 """Thread-block clusters with TMA multicast on the GPU (issue 15, ``pass_configs={"tl.cuda.cluster": (x, y)}``,
 ``transform/cuda/sm90/cluster.py``): the warp-specialised wgmma GEMM launched in 2x1, 1x2 and 2x2 clusters, the
-shared operand tile multicast in slices, in fp16 and bf16, ragged M/N/K inside a grid that the cluster divides,
+shared operand tile multicast in slices, in fp16 and bf16, ragged M/N/K, a grid the cluster does not divide
+(rounded up: the extra blocks store nothing), persistent blocks in 1-D clusters walking the tiles together,
 transposed operands, one and two consumer warpgroups, with TMA stores. Each against torch in float64 into a poisoned
 output and bit for bit against the same program without clusters (the same wgmma on the same tiles). Repeated calls
 must agree (a release that reached only one block would show as an intermittent wrong tile or a hang: the suite's
@@ -28,6 +29,8 @@ CASES = [  # M, N, K, block_M, block_N, block_K, trans_A, trans_B, stages, threa
     (2048, 2048, 512, 256, 128, 64, False, False, 4, 256, "bfloat16"),  # the bf16 default tile
     (1000, 1000, 520, 128, 128, 64, False, False, 3, 128, "float16"),  # ragged M, N and K (8 x 8 tiles)
     (1024, 768, 512, 128, 128, 64, True, True, 4, 256, "bfloat16"),  # both operands transposed
+    (4096, 4096, 512, 128, 256, 64, False, False, 4, 256, "float16"),  # 512 tiles: persistent 1-D clusters
+    (1000, 1400, 256, 128, 128, 64, False, False, 3, 128, "float16"),  # 11 x 8 tiles: the grid rounded up
 ]
 SHAPES = [(2, 1), (1, 2), (2, 2)]
 
@@ -60,7 +63,8 @@ def _needs_hopper(src, shape):
 def test_clustered_gemm_matches_torch_and_the_unclustered_kernel(case, shape, extra):
     M, N, dtype = case[0], case[1], case[10]
     on = _kernel(case, {"tl.cuda.cluster": shape, **extra})
-    _needs_hopper(on.get_kernel_source("cuda"), shape)
+    src = on.get_kernel_source("cuda")
+    _needs_hopper(src, (shape[0] * shape[1], 1) if "tile_iter" in src else shape)
     off = _kernel(case, extra)
     a, b, ref = _operands(case)
     c = poisoned((M, N), DT[dtype])

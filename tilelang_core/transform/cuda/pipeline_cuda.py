@@ -727,15 +727,18 @@ def pipeline_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT, arch: str 
         guard = pipe.cluster_plan.guard() if pipe.cluster_plan is not None else None
         func = _split_thread_body(func, guard)
         ctas = _persistent_ctas(options, arch)
-        if pipe.cluster_plan is not None:  # a clustered kernel keeps one block per tile
-            func, note = ws.persist(func, base, n, None)
-            func = cluster.finish(func, pipe.cluster_plan)
+        if pipe.cluster_plan is not None:  # persistent clusters walk the tiles together (ws.persist)
             cp = pipe.cluster_plan
+            func, pnote = ws.persist(func, base, n, ctas, (cp.cx, cp.cy, cp.rounded))
+            func = cluster.finish(func, cp, persistent=bool(pnote))
             shared = [mc.axis for mc in cp.multicast if mc is not None]
             note = (f"cluster: {cp.cx}x{cp.cy} blocks, {len(shared)} of {len(cp.multicast)} tile loads multicast "
                     f"(each block loads 1/{max(mc.parts for mc in cp.multicast if mc is not None)} and writes it "
-                    "into every block sharing the tile)" + ("; not persistent (a clustered kernel keeps one block "
-                                                             "per tile)" if ctas is not None else ""))
+                    "into every block sharing the tile)")
+            if pnote:
+                pipe.fused_notes.append(pnote)
+            elif ctas is not None and ctas % cp.size:
+                note += f"; not persistent ({ctas} blocks are not whole clusters of {cp.size})"
         else:
             func, note = ws.persist(func, base, n, ctas)
         if note:

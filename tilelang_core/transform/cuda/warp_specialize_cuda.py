@@ -31,19 +31,26 @@ from .sm90.warp_specialize import ATTR_CONSUMER, ATTR_PRODUCER, ATTR_SPLIT, PROD
 
 REGISTER_FILE = 65536  # 32-bit registers of an SM, all of which one block of the split may hold
 PRODUCER_REGS = 40
+# a producer of a thread-block cluster (tl.cuda.cluster) computes its multicast slice, mask and, persistent, the
+# cluster's tile too: ptxas spilled 32-800 bytes of its loop at 40 registers (two consumer warpgroups, 128x256
+# tiles, 2x1 / 2x2) and 68-600 at 24 (three, 192x192), none at 56 (ptxas 13.0, persistent 4096^3 / 8192^3)
+CLUSTER_PRODUCER_REGS = 56
 
 
-def register_split(consumers: int, general: bool = False) -> tuple[int, int] | None:
+def register_split(consumers: int, general: bool = False, clustered: bool = False) -> tuple[int, int] | None:
     """(producer, consumer) registers per thread after ``setmaxnreg`` for ``consumers`` consumer threads, or None
     when the launch already gives every thread what it may have (one consumer warpgroup: 255 registers).
     ``general``: the consumers run more than one gemm (attention: two accumulators and the softmax), so the
     producer, whose loop only computes coordinates, keeps the 24-register minimum and the consumers get the rest
-    (240 each for two consumer warpgroups, as FlashAttention-3 splits them)."""
+    (240 each for two consumer warpgroups, as FlashAttention-3 splits them). ``clustered``: a GEMM producer of a
+    thread-block cluster (``CLUSTER_PRODUCER_REGS``: 56 / 224 for two consumer warpgroups, 56 / 152 for three)."""
     total = consumers + PRODUCER_THREADS
     at_launch = min(255, REGISTER_FILE // total) // 8 * 8
     if consumers < 256:
         return None
     producer = PRODUCER_REGS if consumers <= 256 and not general else 24
+    if clustered and not general:
+        producer = CLUSTER_PRODUCER_REGS
     consumer = min(256, (at_launch * total - producer * PRODUCER_THREADS) // consumers // 8 * 8)
     return (producer, consumer) if consumer > at_launch else None
 
@@ -73,10 +80,11 @@ def warp_specialize_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT) -> 
         found.append(threads)
         attrs = {str(x.attr_key): x for x in s.body.seq if isinstance(x, tirx.AttrStmt)}
         parts = {key: x.body for key, x in attrs.items()}
-        general = bool(int(attrs[ATTR_PRODUCER].value))  # sm90/warp_specialize.ws_loop's mark
+        mark = int(attrs[ATTR_PRODUCER].value)  # sm90/warp_specialize.ws_loop's: 1 general, 2 a cluster's GEMM
+        general = mark == 1
         producer = _retarget_syncs(parts[ATTR_PRODUCER], None)
         consumer = _retarget_syncs(parts[ATTR_CONSUMER], extern(f"tl::named_barrier_sync<1, {threads}>"))
-        regs = register_split(threads, general) if options[PassConfigKey.TL_CUDA_SETMAXNREG] else None
+        regs = register_split(threads, general, mark == 2) if options[PassConfigKey.TL_CUDA_SETMAXNREG] else None
         prod = [tirx.IfThenElse(tirx.EQ(tid, tirx.IntImm("int32", threads)), producer, None)]
         cons = [consumer]
         if regs is not None:

@@ -29,8 +29,9 @@ the epilogue under a test of the block index, storing nothing; a grid smaller th
 a TMA store epilogue under that test keeps register stores, noted by tl.TmaStoreCUDA). Also refused, with a note: a loop
 that is not warp-specialised (the TMA pipeline without a producer warpgroup, cp.async, mma.sync), a body that is not
 one wgmma ``T.gemm`` (attention), a slice that is not whole 8-row swizzle atoms, a map of rank > 2, no shared tile.
-Persistent blocks (``tl.cuda.persistent``) are not combined with clusters: a clustered kernel keeps one block per
-tile (noted).
+Persistent blocks (``tl.cuda.persistent``) with clusters: the persistent blocks form 1-D clusters of ``cx * cy``
+consecutive blocks (``__cluster_dims__(cx * cy, 1, 1)``), and each cluster walks the grid's ``cx x cy`` tiles
+together (warp_specialize.persist); a block count that is not whole clusters keeps one block per tile (noted).
 """
 
 from __future__ import annotations
@@ -227,10 +228,12 @@ def block_vars_and_grid(func: Any) -> tuple[dict[str, Any], dict[str, int | None
             {t: const_int(lp.extent) for t, lp in zip(tags, loops)})
 
 
-def finish(func: Any, cp: ClusterPlan) -> Any:
+def finish(func: Any, cp: ClusterPlan, persistent: bool = False) -> Any:
     """The kernel launched in clusters (``tl.cluster_dims``) with every thread meeting at a cluster barrier at the
     end of its body (after the warp-specialised split: producer and consumers alike), its grid rounded up where
-    the plan says (the epilogue's guard is :meth:`ClusterPlan.guard`, placed by the split)."""
+    the plan says (the epilogue's guard is :meth:`ClusterPlan.guard`, placed by the split). ``persistent``: the
+    kernel was made persistent with the cluster (warp_specialize.persist: 1-D clusters of ``cx * cy`` blocks walking
+    the rounded grid's tiles), so the launch is its ``(ctas, 1, 1)`` in clusters of ``(cx * cy, 1, 1)``."""
     import tvm
 
     from ..common import ATTR_LAUNCH
@@ -243,13 +246,15 @@ def finish(func: Any, cp: ClusterPlan) -> Any:
             body = tirx.SeqStmt([x.body, extern("tl::cluster_sync")])
             return tirx.For(x.loop_var, x.min, x.extent, x.kind, body, x.thread_binding, x.annotations, x.step,
                             x.span)
-        if tag in cp.rounded:
+        if tag in cp.rounded and not persistent:
             ext = tirx.IntImm("int32", cp.rounded[tag])
             iv = tirx.IterVar(tvm.ir.Range.from_min_extent(0, ext), x.loop_var, tirx.IterVar.ThreadIndex, tag)
             return tirx.For(x.loop_var, x.min, ext, x.kind, x.body, iv, x.annotations, x.step, x.span)
         return x
 
     func = func.with_body(tvm_ffi.structural_map(func.body, [(tirx.For, visit)]))
+    if persistent:
+        return func.with_attr(ATTR_CLUSTER, [cp.size, 1, 1])
     if cp.rounded:
         launch = func.attrs[ATTR_LAUNCH]
         grid = list(launch["grid"])

@@ -137,7 +137,9 @@ def ws_loop(s: Any, k: Any, k0: Any, n: Any, stages: int, producers: list[Any], 
         after.append(finish(n, simplify(tirx.floormod(base + n - 1 + stages, stages))))
     loop = tirx.For(k, s.min, n, tirx.ForKind.SERIAL, seq([wait, consumer, release]), None, None, None, s.span)
     split = tirx.AttrStmt(zero, ATTR_SPLIT, tirx.IntImm("int32", threads), seq([
-        tirx.AttrStmt(zero, ATTR_PRODUCER, tirx.IntImm("int32", int(general)), producer),
+        # the producer's mark for the register split: 1 general, 2 a cluster's GEMM producer, 0 otherwise
+        tirx.AttrStmt(zero, ATTR_PRODUCER, tirx.IntImm("int32", 1 if general else 2 if cluster is not None else 0),
+                      producer),
         tirx.AttrStmt(zero, ATTR_CONSUMER, zero, seq([*(before or []), loop, *after]))]), span=s.span)
     return both, split
 
@@ -257,13 +259,21 @@ def _block_loops(func: Any) -> tuple[list[Any], Any]:
     return loops, (s if isinstance(s, tirx.For) else None)
 
 
-def persist(func: Any, base: Any, n: Any, ctas: int | None) -> tuple[Any, str]:
+def persist(func: Any, base: Any, n: Any, ctas: int | None,
+            cluster: tuple[int, int, dict[str, int]] | None = None) -> tuple[Any, str]:
     """Make the warp-specialised kernel persistent: ``ctas`` blocks (one per SM) walk the output tiles in order,
     ``tile = blockIdx.x + t * ctas``, each tile's (bx, by) decoded from it (through ``T.use_swizzle``'s
     rasterisation when the program has one), the stages and barrier phases running on across tiles (``base =
     t * n``), so the producer loads the next tile while the consumers run this tile's epilogue. Otherwise (no
     count, a grid that is not a constant 1-D or 2-D one, or no more tiles than blocks) ``base`` is 0. Returns the
-    kernel and a note ("" when not persistent)."""
+    kernel and a note ("" when not persistent).
+
+    ``cluster``: (cx, cy, the grid extents rounded up to multiples of them) for a kernel launched in thread-block
+    clusters (sm90/cluster.py): the ``ctas`` blocks form clusters of ``cx * cy`` consecutive blocks (the launch's
+    cluster shape becomes ``(cx * cy, 1, 1)``), and each cluster walks the grid's ``cx x cy`` tiles together,
+    ``cluster tile = blockIdx.x / C + t * (ctas / C)``, its block of rank ``r = blockIdx.x % C`` taking tile
+    ``(r % cx, r / cx)`` of it (so ``blockIdx % cx`` and ``/ cx`` of the decoded indices are the rank's, as the
+    multicast masks assume), every block of a cluster walking the same number of tiles."""
     from .. import common as cuda_common
 
     loops, tloop = _block_loops(func)
@@ -277,24 +287,38 @@ def persist(func: Any, base: Any, n: Any, ctas: int | None) -> tuple[Any, str]:
     if any(v.same_as(lp.loop_var) for v in free_vars(n) for lp in loops):
         # base = t * n counts every earlier tile's k-steps only when all tiles have the same count (causal: not)
         return plain, ""
-    gx = grid[0]
-    tiles = gx * (grid[1] if len(grid) == 2 else 1)
-    if tiles <= ctas:
+    cx, cy, rounded = cluster if cluster is not None else (1, 1, {})
+    size = cx * cy
+    gx = rounded.get("blockIdx.x", grid[0])
+    gy = rounded.get("blockIdx.y", grid[1] if len(grid) == 2 else 1)
+    tiles = gx * gy
+    if tiles <= ctas or ctas % size:
         return plain, ""
+    groups, gxc = ctas // size, gx // cx  # clusters launched; cluster tiles along x
     stmts = _flatten(tloop.body)
     at = next(i for i, x in enumerate(stmts) if _is_attr(x, ATTR_SPLIT))
     x = loops[0].loop_var
     kept = [y for y in stmts[:at] if not isinstance(y, tirx.Bind)]
     split = stmts[at]
     producer, consumer = split.body.seq
-    count = tirx.floordiv(tirx.IntImm("int32", tiles - 1) - x, ctas) + 1
+    if size == 1:
+        count = tirx.floordiv(tirx.IntImm("int32", tiles - 1) - x, ctas) + 1
+    else:  # every block of a cluster walks its cluster's tiles
+        count = tirx.floordiv(tirx.IntImm("int32", tiles // size - 1) - tirx.floordiv(x, size), groups) + 1
 
     def over_tiles(part: Any, first: list[Any]) -> Any:
         t = tvm.ir.Var("tile_iter", "int32")  # one per part: a variable is bound once
-        lin = x + t * ctas
-        vmap: dict[Any, Any] = {x: tirx.floormod(lin, gx), base: t * n}
+        if size == 1:
+            lin = x + t * ctas
+            bx, by = tirx.floormod(lin, gx), tirx.floordiv(lin, gx)
+        else:
+            lin = tirx.floordiv(x, size) + t * groups
+            rank = tirx.floormod(x, size)
+            bx = tirx.floormod(lin, gxc) * cx + tirx.floormod(rank, cx)
+            by = tirx.floordiv(lin, gxc) * cy + tirx.floordiv(rank, cx)
+        vmap: dict[Any, Any] = {x: bx, base: t * n}
         if len(loops) == 2:
-            vmap[loops[1].loop_var] = tirx.floordiv(lin, gx)
+            vmap[loops[1].loop_var] = by
         for b in stmts[:at]:  # the shared let bindings (rasterised block indices): inlined into both parts
             if isinstance(b, tirx.Bind):
                 vmap[b.var] = substitute(b.value, vmap)
@@ -317,6 +341,9 @@ def persist(func: Any, base: Any, n: Any, ctas: int | None) -> tuple[Any, str]:
                         lp.span)
     out = func.with_body(_rewrap(func.body, loops[0], body))
     out = out.with_attr(cuda_common.ATTR_LAUNCH, {"grid": [ctas, 1, 1], "threads": int(launch["threads"])})
+    if size > 1:
+        return out, f"persistent: {ctas} blocks in clusters of {size} walk the {tiles} output tiles, {cx}x{cy} at " \
+                    "a time (a producer loads the next tile's stages during this tile's epilogue)"
     return out, f"persistent: {ctas} blocks walk the {tiles} output tiles (a producer loads the next tile's stages " \
                 "during this tile's epilogue)"
 
