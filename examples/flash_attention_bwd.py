@@ -186,9 +186,10 @@ class FlashAttentionBackward:
 
     def __init__(self, batch: int, heads: int, seq_len: int, dim: int, is_causal: bool = False,
                  block_M: int = 64, block_N: int = 64, num_stages: int = 1, threads: int = 128,
-                 dtype: str = "float32", target: str = "auto") -> None:
+                 dtype: str = "float32", target: str = "auto", pass_configs: dict | None = None) -> None:
+        # pass_configs: for the backward kernel (e.g. {"tl.cuda.tma_plain_tiles": True} on sm_90a)
         pre = tilelang.jit(out_idx=[2], target=target)(attention_bwd_preprocess.factory)
-        bwd = tilelang.jit(out_idx=[7, 8], target=target)(attention_bwd.factory)
+        bwd = tilelang.jit(out_idx=[7, 8], target=target, pass_configs=pass_configs)(attention_bwd.factory)
         self.preprocess = pre(batch, heads, seq_len, dim, dtype=dtype)
         self.backward = bwd(batch, heads, seq_len, dim, is_causal, block_M, block_N, num_stages, threads, dtype)
 

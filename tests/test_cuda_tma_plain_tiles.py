@@ -51,17 +51,19 @@ VARIANTS = {v.name: v for v in dv.VARIANTS}
 
 
 def gemm_with_plain_loads(M: int, N: int, K: int, vl: int = 64, vdt: str = "float32", uk: int = 64,
-                          udt: str = "uint8", ku: int | None = None, layout: str = "") -> Any:
+                          udt: str = "uint8", ku: int | None = None, layout: str = "", nv: int | None = None) -> Any:
     """A wgmma GEMM (64 x 64 x 64 tiles, 2 stages) whose loop also loads, per k-step, ``vl`` elements of a 1-D
-    tensor ``Vv`` into a 1-D tile and a ``64 x uk`` tile of a 2-D tensor ``U`` (``M x ku``) into a 2-D tile, and
-    sums them: ``Vs = sum_k Vv[k vl : (k+1) vl]``, ``Us[i, :] = sum_k U[i, k uk : (k+1) uk]`` (``C = A @ B``).
-    ``layout``: "swizzled" / "index" annotates the uint8 tile with ``make_swizzled_layout`` / an index map."""
+    tensor ``Vv`` (``nv`` long) into a 1-D tile and a ``64 x uk`` tile of a 2-D tensor ``U`` (``M x ku``) into a
+    2-D tile, and sums them: ``Vs = sum_k Vv[k vl : (k+1) vl]``, ``Us[i, :] = sum_k U[i, k uk : (k+1) uk]`` (``C =
+    A @ B``; parts past a tensor's end count as zeros). ``layout``: "swizzled" / "index" annotates the uint8 tile
+    with ``make_swizzled_layout`` / an index map."""
     bm = bn = bk = 64
     steps = -(-K // bk)
     ku = ku if ku is not None else steps * uk
+    nv = nv if nv is not None else steps * vl
 
     @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), Vv: T.Tensor((steps * vl,), vdt),
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), Vv: T.Tensor((nv,), vdt),
              U: T.Tensor((M, ku), udt), C: T.Tensor((M, N), "float32"), Vs: T.Tensor((vl,), "float32"),
              Us: T.Tensor((M, uk), "float32")):
         with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
@@ -204,19 +206,20 @@ def test_ptxas_builds_the_tma_backward_and_prefill_without_spills():
 # -- the CUDA emulator against torch -------------------------------------------------------------------------------
 
 def test_emulated_1d_and_uint8_boxes_match_torch():
-    # K = 160: the third k-step's boxes cross the tensors' ends (zero-filled), M = 100: a ragged row block
+    # K = 160: the third k-step's boxes cross the ends of A, B, Vv and U (zero-filled); M = 100: a ragged row block
     M, N, K = 100, 64, 160
-    func = gemm_with_plain_loads(M, N, K)
+    func = gemm_with_plain_loads(M, N, K, ku=K, nv=K)
     text = _lowered(func, PLAIN).script()
     assert "tl::tma_load_1d<" in text and "tl::cp_async" not in text  # Vv is a 1-D tensor: a rank-1 map
     g = torch.Generator().manual_seed(5)
     a, b = torch.randn(M, K, generator=g).half(), torch.randn(K, N, generator=g).half()
-    vv = torch.randn(3 * 64, generator=g)
-    u = torch.randint(0, 256, (M, 3 * 64), generator=g, dtype=torch.uint8)
+    vv = torch.randn(K, generator=g)
+    u = torch.randint(0, 256, (M, K), generator=g, dtype=torch.uint8)
     c, vs, us = torch.full((M, N), float("nan")), torch.full((64,), float("nan")), torch.full((M, 64), float("nan"))
     Emulator(func, "sm_90a", PLAIN).run([a, b, vv, u, c, vs, us])
-    torch.testing.assert_close(vs, vv.view(3, 64).sum(0))
-    torch.testing.assert_close(us, u.float().view(M, 3, 64).sum(1))
+    pad = 3 * 64 - K
+    torch.testing.assert_close(vs, torch.cat([vv, torch.zeros(pad)]).view(3, 64).sum(0))
+    torch.testing.assert_close(us, torch.cat([u.float(), torch.zeros(M, pad)], 1).view(M, 3, 64).sum(1))
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
 
 

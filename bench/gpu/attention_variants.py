@@ -7,12 +7,16 @@ backward). Every kernel is checked against torch first (decoding against SDPA on
 backward against ``torch.autograd`` of SDPA), then timed with CUDA events after an L2 clean (``run.py``'s
 ``bench_ms_clean``, the headline) and with ``triton.testing.do_bench``. SDPA's backend is printed.
 
-    python3 bench/gpu/attention_variants.py [--log out.txt] [--splits 1 2 4 8] [--skip-bwd]
+    python3 bench/gpu/attention_variants.py [--log out.txt] [--splits 1 2 4 8] [--skip-bwd] [--skip-decoding]
+        [--pass-config tl.cuda.tma_plain_tiles=True ...]
+
+``--pass-config KEY=VALUE`` (a Python literal, repeatable) compiles the backward kernel with those pass_configs.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import sys
 from pathlib import Path
 
@@ -71,18 +75,20 @@ def decoding(splits_list: list[int], out: list[str]) -> None:
                        f"{sdpa_ms / clean:.2f}x SDPA; do_bench {db * 1e3:.1f} us")
 
 
-def backward(out: list[str]) -> None:
+def backward(out: list[str], pass_configs: dict | None = None) -> None:
     for (b, h, s, d, causal) in ((8, 16, 4096, 128, False), (8, 16, 4096, 128, True), (8, 32, 2048, 64, False)):
-        backward_case(b, h, s, d, causal, out)
+        backward_case(b, h, s, d, causal, out, pass_configs)
 
 
-def backward_case(b: int, h: int, s: int, d: int, causal: bool, out: list[str]) -> None:
+def backward_case(b: int, h: int, s: int, d: int, causal: bool, out: list[str],
+                  pass_configs: dict | None = None) -> None:
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.float16) for _ in range(3))
     do = torch.randn(b, s, h, d, device="cuda", dtype=torch.float16)
     fwd = fb.tilelang.jit(out_idx=[3, 4], target="cuda")(fb.attention_forward_lse.factory)(
         b, h, s, d, causal, 128, 64, 2, 128, "float16")
     o, lse = fwd(q, k, v)
-    bwd = fb.FlashAttentionBackward(b, h, s, d, causal, 64, 64, 2, 128, "float16", target="cuda")
+    bwd = fb.FlashAttentionBackward(b, h, s, d, causal, 64, 64, 2, 128, "float16", target="cuda",
+                                    pass_configs=pass_configs)
     dq, dk, dv = bwd(q, k, v, o, lse, do)
     want = fb.reference_grads(q.float(), k.float(), v.float(), do.float(), causal)
     errs = [(g.float() - w).abs().max().item() for g, w in zip((dq, dk, dv), want)]
@@ -97,7 +103,8 @@ def backward_case(b: int, h: int, s: int, d: int, causal: bool, out: list[str]) 
 
     ref = bench_ms_clean(sdpa_bwd)
     flops = 2.5 * 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)  # 5 matmuls of 2 s^2 d (fwd has 2)
-    out.append(f"backward b={b} h={h} s={s} d={d} causal={causal} fp16: {'PASS' if ok else 'FAIL'} "
+    out.append(f"backward b={b} h={h} s={s} d={d} causal={causal} fp16{' ' + str(pass_configs) if pass_configs else ''}"
+               f": {'PASS' if ok else 'FAIL'} "
                f"(max err dq/dk/dv {errs[0]:.1e}/{errs[1]:.1e}/{errs[2]:.1e}); ours {ours:.3f} ms "
                f"({flops / ours / 1e9:.0f} TF/s), SDPA backward {ref:.3f} ms ({flops / ref / 1e9:.0f} TF/s): "
                f"{ref / ours:.2f}x SDPA")
@@ -108,12 +115,17 @@ def main() -> None:
     ap.add_argument("--log")
     ap.add_argument("--splits", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--skip-bwd", action="store_true")
+    ap.add_argument("--skip-decoding", action="store_true")
+    ap.add_argument("--pass-config", action="append", default=[], help="KEY=VALUE (a Python literal), for the "
+                    "backward kernel")
     args = ap.parse_args()
+    cfg = {k: ast.literal_eval(val) for k, val in (p.split("=", 1) for p in args.pass_config)}
     out: list[str] = [f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, SDPA backend {sdpa_backend()}"]
     try:
-        decoding(args.splits, out)
+        if not args.skip_decoding:
+            decoding(args.splits, out)
         if not args.skip_bwd:
-            backward(out)
+            backward(out, cfg or None)
     finally:
         text = "\n".join(out)
         print(text)
