@@ -184,9 +184,26 @@ def test_prefill_tiles_with_several_warp_rows_keep_the_shared_tile_with_a_note()
     assert "gemm_rb_step" not in str(f)
 
 
-def test_int8_and_bf16_keep_one_element_at_a_time_in_natural_k_order():
-    # no bit field of a packed word (int8) / no fp16 exponent trick (bf16): D = 1, each element stored alone
-    for name in ("int8", "bf16"):
-        v = variant(name)
-        src = str(_lowered(dv.program(v, 16, 256, 512, **dv.tiles(16, v)), ON))
-        assert re.search(r"tl::gemm_rb_step<16, 128, 256, 1, 4, \d+, 32, 0, 1>", src), name
+@pytest.mark.parametrize("name,d", [("hi_first", 4), ("bf16", 4), ("zp_g128", 4), ("int8", 2), ("fp4_e2m1_g32", 1)])
+def test_each_format_pairs_its_fields_16_bits_apart_or_keeps_one_element_at_a_time(name, d):
+    # nibbles: k and k + 4 in one word (D = 4), bf16 through 0x4300; int8 bytes: k and k + 2 (D = 2), through
+    # (b ^ 0x80) | 0x6400; fp4's selects: element by element in natural k order (D = 1)
+    v = variant(name)
+    src = str(_lowered(dv.program(v, 16, 256, 512, **dv.tiles(16, v)), ON))
+    assert re.search(rf"tl::gemm_rb_step<16, 128, 256, 1, 4, \d+, 32, 0, {d}>", src), name
+    word_as_pair = r'T.reinterpret\("(float16|bfloat16)x2", T.reinterpret\("uint32", dq_B'
+    assert bool(re.search(word_as_pair, src)) == (d > 1), name
+
+
+@pytest.mark.parametrize("name", ["hi_first", "zp_g128", "int8", "bf16"])
+def test_the_decoded_weights_are_the_nests_own_bit_for_bit(name):
+    # one-hot rows of A pick single weights: C[m, n] = W[n, 17 m] exactly (one product, zeros elsewhere), so every
+    # nibble / byte position of a word and both halves of a pair are checked against the nest's fp16/bf16 value
+    v = variant(name)
+    M, N, K = 16, 64, 256
+    args = dv.inputs(v, M, N, K, device="cpu", seed=5)
+    A = torch.zeros(M, K, dtype=args[0].dtype)
+    A[torch.arange(M), 17 * torch.arange(M)] = 1
+    (C,) = emulate(factory(v, 64), (M, N, K), {}, [A, *args[1:]], arch="sm_90a", pass_configs=ON)
+    W = dv.dequantize(v, *args[1:])
+    assert torch.equal(C, W[:, 17 * torch.arange(M)].T.to(C.dtype))

@@ -27,9 +27,10 @@ per-channel scale, a group's scale or zero point) is loaded once; the template l
 were (a ragged N reads zeros).
 
 **Word pairs.** The two halves of each B register may be paired ``D`` apart inside the run (``D = 4``: nibbles
-``i`` and ``i + 4`` of one 32-bit word, 16 bits apart); where the nest's value is a bit field of a staged byte
-cast to fp16 (plus a shared integer, times shared fp16 values), both halves are decoded by one word operation in
-``half2`` (``fragment_pairs.py``). The pass takes ``D = 4`` when the first register qualifies, else ``D = 1``.
+``i`` and ``i + 4`` of one 32-bit word, 16 bits apart; ``D = 2``: bytes ``i`` and ``i + 2``); where the nest's
+value is a bit field of a staged byte (or a whole int8) cast to fp16/bf16 (plus a shared integer, times shared
+values), both halves are decoded by one word operation in ``half2``/``bfloat162`` (``fragment_pairs.py``). The
+pass takes the first ``D`` of 4, 2 for which the first register qualifies, else ``D = 1``.
 
 Conditions (each refusal is a note at the gemm's line; a kernel where no pair qualifies at all says so): a 2-D
 ``T.Parallel`` nest storing one shared tile at its own loop variables over the whole tile (one-element scalars such
@@ -363,8 +364,9 @@ class DequantFragmentsCUDA(Rewriter):
                     lets.append((var, rep(self.ana.simplify(substitute(val, sub))), arr))
                 raw = rep(self.ana.simplify(substitute(nv.raw, sub)))
                 elems.append([self.element(lets, raw, u, x) for x in range(ch)])
-            if d is None:  # nibbles 16 bits apart in a register's two halves, where one word operation makes both
-                d = 4 if ch % 8 == 0 and self.paired(elems[0], 0, 0, 4) is not None else 1
+            if d is None:  # fields 16 bits apart in a register's two halves (nibbles: 4 k apart, bytes: 2), where
+                # one word operation makes both
+                d = next((c for c in (4, 2) if ch % (2 * c) == 0 and self.paired(elems[0], 0, 0, c) is not None), 1)
             for t in range(steps):
                 kk = g * steps + t
                 for ni in range(NT):

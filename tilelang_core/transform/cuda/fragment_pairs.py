@@ -8,11 +8,13 @@ both halves at once, so the pair costs one shift, one ``LOP3``, then the program
 ``half2`` (``HADD2``/``HMUL2``/``HFMA2`` on both lanes).
 
 :func:`pair_value` does this for any element expression of the form ``F(cast_f16(X + z))``: ``X`` the one bit
-field ``(cast_i32(arr[c]) >> s) & m`` of a staged uint8 register array (``m < 1024``), ``z`` an integer the two
-elements share (a constant, a zero point) within ``[-1024, 1024]`` (then ``reinterpret(0x6400 | X) - (1024 - z)``
-is exact: both operands and the result are integers of magnitude at most 2048), ``F`` fp16 additions,
-subtractions and multiplications by values the two elements share (a scale). The two elements must be the same
-expression but for their bit field. Anything else returns None and the caller stores the elements one by one.
+field ``(cast_i32(arr[c]) >> s) & m`` of a staged uint8 register array (``m < 1024``) or a whole int8 byte (then
+``(b ^ 0x80)`` is ``b + 128``), ``z`` an integer the two elements share (a constant, a zero point) such that
+``reinterpret(0x6400 | (X - low)) - (1024 - low - z)`` is exact (both operands integers in ``[0, 2048]``);
+bf16 the same with ``0x4300`` (128, 128 values, integers up to 256 exact: nibbles, not bytes). ``F``: additions,
+subtractions and multiplications in the result type by values the two elements share (a scale). The two
+elements must be the same expression but for their bit field. Anything else returns None and the caller stores
+the elements one by one.
 """
 
 from __future__ import annotations
@@ -26,16 +28,26 @@ from tvm import tirx
 from ...language._ir import dtype_of
 from ..common.rewriter import const_int
 
-
-def _strip(e: Any) -> Any:
-    while isinstance(e, tirx.Cast) and dtype_of(e) == "int32":
-        e = e.value
-    return e
+# the exponent trick per result type: bits of the number BASE, and how many integers BASE + x (0 <= x < CAP) it holds
+MAGIC = {"float16": (0x6400, 1024), "bfloat16": (0x4300, 128)}
 
 
-def _field(e: Any) -> tuple[Any, int, int, int] | None:
-    """``(array, byte, shift, mask)`` when ``e`` is ``(cast_i32(arr[byte]) >> shift) & mask`` (the shift may be
-    absent) of a uint8 local array at a constant index, else None."""
+def _byte(e: Any) -> tuple[Any, int] | None:
+    """``(array, index)`` when ``e`` is a load of an 8-bit local register array at a constant index."""
+    if not (isinstance(e, tvm.ir.TensorLoad) and str(e.source.dtype) in ("uint8", "int8")
+            and e.source.scope() == "local" and len(e.indices) == 1 and const_int(e.indices[0]) is not None):
+        return None
+    return e.source, const_int(e.indices[0])
+
+
+def _field(e: Any) -> tuple[Any, int, int, int, bool] | None:
+    """``(array, byte, shift, mask, signed)`` when ``e`` is a bit field of one staged byte: ``(cast_i32(arr[byte]) >>
+    shift) & mask`` of a uint8 array (the shift may be absent), or a whole int8 ``arr[byte]`` (signed, possibly cast
+    to int32); else None."""
+    x = e.value if isinstance(e, tirx.Cast) and dtype_of(e) == "int32" else e
+    got = _byte(x)
+    if got is not None and str(x.source.dtype) == "int8":
+        return got[0], got[1], 0, 0xFF, True
     if not (isinstance(e, tirx.BitwiseAnd) and dtype_of(e) == "int32"):
         return None
     mask = const_int(e.b)
@@ -47,23 +59,39 @@ def _field(e: Any) -> tuple[Any, int, int, int] | None:
         x = x.a
         if shift is None:
             return None
-    x = _strip(x)
-    if not (isinstance(x, tvm.ir.TensorLoad) and str(x.source.dtype) == "uint8" and x.source.scope() == "local"
-            and len(x.indices) == 1 and const_int(x.indices[0]) is not None):
+    while isinstance(x, tirx.Cast) and dtype_of(x) == "int32":
+        x = x.value
+    got = _byte(x)
+    if got is None or str(x.source.dtype) != "uint8":
         return None
-    return x.source, const_int(x.indices[0]), shift, mask
+    return got[0], got[1], shift, mask, False
 
 
 def _fields(e: Any) -> list[Any]:
+    """The bit-field nodes of ``e`` (outermost: a field's own cast or load is not counted again)."""
     out: list[Any] = []
 
-    def rec(x: Any) -> Any:
+    def rec(x: Any) -> None:
         if _field(x) is not None:
             out.append(x)
-        return x
+            return
+        for child in _children(x):
+            rec(child)
 
-    tvm_ffi.structural_map(e, [(tirx.BitwiseAnd, rec)])
+    rec(e)
     return out
+
+
+def _children(x: Any) -> list[Any]:
+    if isinstance(x, (tirx.Cast,)):
+        return [x.value]
+    if hasattr(x, "a") and hasattr(x, "b"):
+        return [x.a, x.b]
+    if isinstance(x, tvm.ir.Call):
+        return list(x.args)
+    if isinstance(x, tirx.Select):
+        return [x.condition, x.true_value, x.false_value]
+    return []
 
 
 def _mentions(e: Any, var: Any) -> bool:
@@ -72,29 +100,41 @@ def _mentions(e: Any, var: Any) -> bool:
     return bool(hit)
 
 
+def _swap(e: Any, node: Any, x: Any) -> Any:
+    """``e`` with the sub-expression ``node`` (by identity) replaced by the int32 variable ``x``."""
+    def rec(n: Any) -> Any:
+        return x if n.same_as(node) else n
+
+    return tvm_ffi.structural_map(e, [(tirx.Cast, rec), (tirx.BitwiseAnd, rec), (tvm.ir.TensorLoad, rec)])
+
+
 def pair_value(v0: Any, v1: Any, ana: Any) -> Any | None:
-    """A ``float16x2`` expression whose lanes are ``v0`` and ``v1`` (see the module doc), or None."""
-    if dtype_of(v0) != "float16" or dtype_of(v1) != "float16":
+    """A two-lane fp16/bf16 expression whose lanes are ``v0`` and ``v1`` (see the module doc), or None."""
+    dt = dtype_of(v0)
+    if dt not in MAGIC or dtype_of(v1) != dt:
         return None
+    magic, base = MAGIC[dt]
     f0, f1 = _fields(v0), _fields(v1)
     if len(f0) != 1 or len(f1) != 1:
         return None
-    (arr0, c0, s0, m0), (arr1, c1, s1, m1) = _field(f0[0]), _field(f1[0])
+    (arr0, c0, s0, m0, sg0), (arr1, c1, s1, m1, sg1) = _field(f0[0]), _field(f1[0])
     pos0, pos1 = 8 * c0 + s0, 8 * c1 + s1
     width = m0.bit_length()
-    if not (arr0.same_as(arr1) and m0 == m1 and (m0 + 1) & m0 == 0 and pos1 == pos0 + 16
+    if not (arr0.same_as(arr1) and m0 == m1 and sg0 == sg1 and (m0 + 1) & m0 == 0 and pos1 == pos0 + 16
             and pos0 // 32 == pos1 // 32 and pos0 % 32 + 16 + width <= 32 and s0 + width <= 8):
         return None
+    low = -128 if sg0 else 0  # the field's smallest value: the pair computes x - low, in [0, m]
+    if m0 >= base:
+        return None
     x = tvm.ir.Var("dq_field", "int32")
-    g0 = tvm_ffi.structural_map(v0, [(tirx.BitwiseAnd, lambda e: x if e.same_as(f0[0]) else e)])
-    g1 = tvm_ffi.structural_map(v1, [(tirx.BitwiseAnd, lambda e: x if e.same_as(f1[0]) else e)])
+    g0, g1 = _swap(v0, f0[0], x), _swap(v1, f1[0], x)
     if not tvm_ffi.structural_equal(g0, g1, map_free_vars=False):
         return None
-    # the one cast to float16 of x + z
+    # the one cast to the result type of x + z
     casts: list[Any] = []
 
     def find(c: Any) -> Any:
-        if dtype_of(c) == "float16" and _mentions(c.value, x):
+        if dtype_of(c) == dt and _mentions(c.value, x):
             casts.append(c)
         return c
 
@@ -102,13 +142,18 @@ def pair_value(v0: Any, v1: Any, ana: Any) -> Any | None:
     if len(casts) != 1:
         return None
     cast = casts[0]
-    z = ana.simplify(cast.value - x)
-    if _mentions(z, x) or dtype_of(cast.value) not in ("int32", "int64"):
+    if dtype_of(cast.value) not in ("int32", "int64"):
+        return None
+    z = ana.simplify(tirx.Cast("int32", cast.value) - x) if dtype_of(cast.value) == "int64" else \
+        ana.simplify(cast.value - x)
+    if _mentions(z, x):
         return None
     zb = ana.const_int_bound(z)
-    if zb.min_value < -1024 or zb.max_value > 1024:
+    # (base + (x - low)) - (base - low - z) = x + z: both operands integers in [0, 2 base], which the type holds
+    # exactly (fp16 up to 2048, bf16 up to 256), so the subtraction is exact
+    if zb.min_value < -base - low or zb.max_value > base - low:
         return None
-    h = tvm.ir.Var("dq_half", "float16")
+    h = tvm.ir.Var("dq_half", dt)
     rest = tvm_ffi.structural_map(g0, [(tirx.Cast, lambda c: h if c.same_as(cast) else c)])
     if _mentions(rest, x):
         return None
@@ -117,10 +162,12 @@ def pair_value(v0: Any, v1: Any, ana: Any) -> Any | None:
     shift = pos0 % 32
     if shift:
         word = tirx.shift_right(word, tirx.const(shift, "uint32"))
-    bits = tirx.bitwise_or(tirx.bitwise_and(word, tirx.const(m0 | (m0 << 16), "uint32")),
-                           tirx.const(0x64006400, "uint32"))
-    offset = ana.simplify(tirx.Cast("float16", tirx.IntImm("int32", 1024) - tirx.Cast("int32", z)))
-    pair = tirx.reinterpret("float16x2", bits) - tirx.Broadcast(offset, 2)
+    bits = tirx.bitwise_and(word, tirx.const(m0 | (m0 << 16), "uint32"))
+    if sg0:  # a signed byte b: (b ^ 0x80) is b + 128 as an unsigned byte
+        bits = tirx.bitwise_xor(bits, tirx.const(0x00800080, "uint32"))
+    bits = tirx.bitwise_or(bits, tirx.const(magic | (magic << 16), "uint32"))
+    offset = ana.simplify(tirx.Cast(dt, tirx.IntImm("int32", base - low) - tirx.Cast("int32", z)))
+    pair = tirx.reinterpret(f"{dt}x2", bits) - tirx.Broadcast(offset, 2)
     return _vectorise(rest, h, pair)
 
 
@@ -129,7 +176,7 @@ def _vectorise(e: Any, h: Any, pair: Any) -> Any | None:
     ``h`` replaced by ``pair`` and every other operand broadcast; None for any other shape."""
     if isinstance(e, tvm.ir.Var) and e.same_as(h):
         return pair
-    if isinstance(e, (tirx.Add, tirx.Sub, tirx.Mul)) and dtype_of(e) == "float16":
+    if isinstance(e, (tirx.Add, tirx.Sub, tirx.Mul)) and dtype_of(e) in MAGIC:
         a_h, b_h = _mentions(e.a, h), _mentions(e.b, h)
         if a_h == b_h:
             return None
