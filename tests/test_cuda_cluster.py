@@ -254,8 +254,11 @@ def test_an_emulated_cluster_whose_blocks_run_as_far_ahead_of_each_other_as_they
     assert is_close_fraction(c, ref, rtol=1e-2, atol=1e-2) == 0.0
 
 
-def test_an_emulated_cluster_with_a_tma_store_epilogue_matches_torch():
-    c, ref = _emulate(SMALL, (1, 2), extra={"tl.cuda.tma_store": True})
+@pytest.mark.parametrize("shape,persistent,schedule", [((1, 2), -1, "round_robin"), ((2, 1), 2, "rank_first")],
+                         ids=["1x2", "2x1-persistent-rank_first"])
+def test_an_emulated_cluster_with_a_tma_store_epilogue_matches_torch(shape, persistent, schedule):
+    c, ref = _emulate(SMALL, shape, schedule=schedule,
+                      extra={"tl.cuda.tma_store": True, "tl.cuda.persistent": persistent})
     assert is_close_fraction(c, ref, rtol=1e-2, atol=1e-2) == 0.0
 
 
