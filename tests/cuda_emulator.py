@@ -1162,6 +1162,8 @@ class Emulator:
         group = 32 if mma else 128
         threads = wg_m * wg_n * group
         local = [t % self.threads for t in tids]  # threadIdx.x (a cluster's schedule numbers its blocks' threads on)
+        if form == "ss" and len(params) > 11 and params[11]:  # OWN_TILE (tl.cuda.gemm_pingpong): g = 0
+            local = [t % group for t in local]
         if local[-1] >= threads:
             self.problem(f"{'mma.sync' if mma else 'wgmma'} over a {wg_m} x {wg_n} grid ({threads} threads) issued by "
                          f"threads {tids[0]}..{tids[-1]}")

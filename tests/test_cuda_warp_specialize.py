@@ -10,7 +10,10 @@
   a warp has not consumed or a stage a group in flight reads, a step that reads a stage before its tile landed or
   the wrong tile, a release while the group reading the stage is in flight, an accumulator access with a group in
   flight, and a deadlock; it is shown to catch each of a missing wait, a wrong parity, an early release and a
-  missing release;
+  missing release; with ``tl.cuda.gemm_pingpong`` the two consumer warpgroups take alternate tiles and turns at the
+  mainloop (named barriers 2 and 3 as bar.sync / bar.arrive of 4 warps each): the model also reports mainloops out
+  of tile order and a turn passed twice, every turn must be taken by the end, and it is shown to catch missing turn
+  barriers, a missing turn wait and the wrong first turn;
 * the split itself: ``threads + 128`` threads, the producer branch on the first producer thread, ``setmaxnreg``,
   the consumers' barriers as named barriers, the notes when a loop is not specialised; nvcc for sm_90a and the
   SASS (UTMALDG in the producer, HGMMA, USETMAXREG).
@@ -42,6 +45,7 @@ from tilelang_core.pass_config import resolve
 from tilelang_core.transform.common.rewriter import tile_op_name
 from tilelang_core.transform.cuda import warp_specialize_cuda as wsc
 from tilelang_core.transform.cuda.common import extern_name, is_sync, loads_in, substitute
+from tilelang_core.transform.cuda.sm90 import gemm_pingpong
 from tilelang_core.transform.cuda.sm90 import warp_specialize as ws
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -111,6 +115,8 @@ def _ops(s: Any, env: dict[Any, Any], out: list[tuple], pending: int = 0) -> Non
             _ops(s.else_case, env, out, pending)
     elif isinstance(s, (tirx.AllocBuffer, tirx.DeclBuffer)):
         return
+    elif isinstance(s, tirx.Bind):  # a let binding: the statements after it in its sequence see it
+        env[s.var] = tirx.IntImm("int32", _value(s.value, env))
     elif isinstance(s, tirx.Evaluate):
         call = s.value
         op = tile_op_name(s)
@@ -137,6 +143,9 @@ def _ops(s: Any, env: dict[Any, Any], out: list[tuple], pending: int = 0) -> Non
                 dst = call.args[1].args[0]
                 tile = _step(env, "k_load")
                 out.append(("tma", int(m[1]), (str(dst.source.name), _value(dst.indices[0], env)), bar(2), tile))
+            elif name in ("tl::pingpong_wait", "tl::pingpong_pass"):  # bar.sync 2 + wg / bar.arrive 3 - wg
+                wg = _value(call.args[1], env)
+                out.append(("turn_wait", 2 + wg) if name == "tl::pingpong_wait" else ("turn_pass", 3 - wg))
             elif name.startswith("tl::wgmma_drain<"):
                 out.append(("drain",))
             elif name in ("tl::mbar_init", "tl::mbar_fence_init", "tl::fence_proxy_async"):
@@ -189,7 +198,11 @@ class _Model:
         self.warps = self.threads // 32
         for w in range(self.warps):
             ops: list[tuple] = []
-            _ops(parts[ws.ATTR_CONSUMER], {**blocks, tid: tirx.IntImm("int32", 32 * w)}, ops)
+            env = {**blocks, tid: tirx.IntImm("int32", 32 * w)}
+            consumer = _find_attr(split, ws.ATTR_CONSUMER)
+            if gemm_pingpong.is_pingpong(consumer):  # its warpgroup index, bound by tl.WarpSpecializeCUDA
+                env[consumer.node] = tirx.IntImm("int32", 32 * w // 128)
+            _ops(parts[ws.ATTR_CONSUMER], env, ops)
             self.procs.append(ops)
         init = _inits(func.body)
         self.count = dict(init)  # barrier -> arrivals still expected in the current phase
@@ -201,6 +214,14 @@ class _Model:
         self.groups: list[list[set]] = [[] for _ in range(self.warps)]  # per warp: stages of groups in flight
         self.steps: list[list[int]] = [[] for _ in range(self.warps)]  # per warp: tiles consumed, in order
         self.pc = [0] * len(self.procs)
+        self.passed: dict[int, int] = {2: 0, 3: 0}  # turn barrier -> warps of the other warpgroup arrived
+        self.pingpong = gemm_pingpong.is_pingpong(_find_attr(split, ws.ATTR_CONSUMER))  # tl.cuda.gemm_pingpong
+        self.latest = 0  # the latest output tile a gemm was issued for
+
+    def _group(self, p: int) -> list[int]:
+        """The processes of consumer warp ``p - 1``'s warpgroup."""
+        g = (p - 1) // 4
+        return [1 + 4 * g + i for i in range(4)]
 
     def _complete(self, b: Any) -> None:
         if self.count[b] == 0 and self.tx[b] == 0:
@@ -216,6 +237,9 @@ class _Model:
         op = self.procs[p][self.pc[p]]
         if op[0] == "wait":
             return self.phase[op[1]] % 2 != op[2]
+        if op[0] == "turn_wait":  # bar.sync 2 + wg, 256: the 4 warps here and the other 4 arrived
+            return self.passed[op[1]] >= 4 and all(self.pc[q] < len(self.procs[q]) and self.procs[q][self.pc[q]] == op
+                                                   for q in self._group(p))
         if op[0] == "sync":  # a barrier of the consumer warps: every warp has reached it
             return all(self.pc[q] < len(self.procs[q]) and self.procs[q][self.pc[q]][0] == "sync"
                        for q in range(1, len(self.procs)))
@@ -229,8 +253,17 @@ class _Model:
             for q in range(1, len(self.procs)):
                 self.pc[q] += 1
             return
+        if kind == "turn_wait":
+            for q in self._group(p):
+                self.pc[q] += 1
+            self.passed[op[1]] -= 4
+            return
         self.pc[p] += 1
-        if kind == "expect":
+        if kind == "turn_pass":
+            self.passed[op[1]] += 1
+            if self.passed[op[1]] > 4:
+                raise HazardError(f"the turn is passed on named barrier {op[1]} twice before it is taken")
+        elif kind == "expect":
             self.count[op[1]] -= 1
             self.tx[op[1]] += op[2]
             self._complete(op[1])
@@ -240,7 +273,8 @@ class _Model:
                 if any(key in g for g in self.groups[v]):
                     raise HazardError(f"a load overwrites {key} while a wgmma group of warp {v} reads it")
                 old = self.content.get(key)
-                if old is not None and old[0] != tile and old[0] not in self.steps[v]:  # (a tile is several boxes)
+                mine = not self.pingpong or v // 4 == old[0][0] % 2 if old is not None else True  # ping-pong: wg t % 2
+                if old is not None and old[0] != tile and old[0] not in self.steps[v] and mine:  # (several boxes)
                     raise HazardError(f"a load overwrites {key} before warp {v} consumed tile {old[0]}")
             self.content[key] = (tile, False)
             self.in_transit[b].append((key, tile))
@@ -254,6 +288,10 @@ class _Model:
                     raise HazardError(f"warp {w}'s step {k} reads {key} before its tile landed")
                 if tile != k:
                     raise HazardError(f"warp {w}'s step {k} reads tile {tile} from {key}")  # (output tile, k-step)
+            if self.pingpong and k[0] < self.latest:  # the warpgroups' mainloops must take turns, in tile order
+                raise HazardError(f"warp {w} issues tile {k[0]}'s k-step {k[1]} after tile {self.latest}'s mainloop "
+                                  "began (the mainloops overlap)")
+            self.latest = max(self.latest, k[0])
             self.steps[w].append(k)
             self.groups[w].append(stages)
             while len(self.groups[w]) > pending:
@@ -425,6 +463,86 @@ def test_the_model_catches_a_missing_release_as_a_deadlock():
     func = _mutate(_stage(ARGS), lambda x: tirx.Evaluate(tirx.IntImm("int32", 0)) if _is(x, "tl::mbar_arrive")
                    else x)
     _catches(func, "deadlock")
+
+
+# -- the gemm ping-pong (tl.cuda.gemm_pingpong): two consumer warpgroups on alternate tiles -----------------------
+
+PINGPONG = {"tl.cuda.gemm_pingpong": True, **PERSIST}
+
+
+def _check_pingpong(func: Any, k_tiles: int, tiles: int, block: int) -> None:
+    """Every interleaving: warpgroup w's warps consume tiles w, w + 2, ... of the block's walk, each tile's k-steps
+    in order, the mainloops in tile order (the model raises otherwise), and every turn passed is taken."""
+    for order in ORDERS:
+        model = _Model(func, 64, block)
+        assert model.pingpong and model.threads == 256
+        model.run(order)
+        for w, steps in enumerate(model.steps):
+            assert steps == [(t, k) for t in range(w // 4, tiles, 2) for k in range(k_tiles)], (order, w, steps)
+        assert model.passed == {2: 0, 3: 0}, ("a turn passed and never taken", order, model.passed)
+        assert not any(model.groups), "drained before the epilogue"
+
+
+@pytest.mark.parametrize("stages,k_tiles", [(3, 5), (4, 2), (4, 9), (2, 3), (3, 1)])
+@pytest.mark.parametrize("pass_configs", [PINGPONG, {**PINGPONG, **WAIT0}], ids=["in_flight", "wait0"])
+def test_two_ping_pong_warpgroups_take_alternate_tiles_and_turns_in_any_interleaving(stages, k_tiles, pass_configs):
+    # 8 output tiles of 128 x 128 over 3 blocks of one warpgroup's tile (threads=128): block 0 walks 3 tiles (an odd
+    # count: warpgroup 1 takes the last turn passed), block 2 walks 2 (even: warpgroup 0 does)
+    func = _stage((256, 512, 64 * k_tiles, 128, 128, 64, False, False, stages, 128, "float16"), pass_configs)
+    assert func.attrs["tl.cuda_launch"]["grid"][0] == 3 and any("gemm ping-pong" in n for n in _notes(func))
+    _check_pingpong(func, k_tiles, tiles=3, block=0)
+    _check_pingpong(func, k_tiles, tiles=2, block=2)
+
+
+def test_a_ping_pong_block_of_one_tile_leaves_warpgroup_1_only_the_turns():
+    func = _stage((128, 512, 64 * 3, 128, 128, 64, False, False, 3, 128, "float16"), PINGPONG)  # 4 tiles, 3 blocks
+    _check_pingpong(func, 3, tiles=1, block=1)
+
+
+def _catches_pp(func: Any, match: str, block: int = 0) -> None:
+    caught = []
+    for order in ORDERS:
+        try:
+            model = _Model(func, 64, block)
+            model.run(order)
+            assert model.passed == {2: 0, 3: 0}, "unmatched"
+        except HazardError as e:
+            caught.append(str(e))
+    assert len(caught) == len(ORDERS) and all(re.search(match, c) for c in caught), caught
+
+
+PP_ARGS = (256, 512, 64 * 9, 128, 128, 64, False, False, 3, 128, "float16")
+
+
+def test_the_model_catches_ping_pong_warpgroups_without_turn_barriers():
+    func = _mutate(_stage(PP_ARGS, PINGPONG), lambda x: tirx.Evaluate(tirx.IntImm("int32", 0))
+                   if _is(x, "tl::pingpong_wait") or _is(x, "tl::pingpong_pass") else x)
+    _catches_pp(func, "mainloops overlap|reads tile|before its tile landed|deadlock")
+
+
+def test_the_model_catches_a_missing_turn_wait():
+    func = _mutate(_stage(PP_ARGS, PINGPONG), lambda x: tirx.Evaluate(tirx.IntImm("int32", 0))
+                   if _is(x, "tl::pingpong_wait") else x)
+    _catches_pp(func, "mainloops overlap|passed on named barrier .* twice|reads tile|before its tile landed")
+
+
+def test_the_model_catches_the_wrong_turn_order():
+    # warpgroup 0 passes the first turn (to warpgroup 1, whose tile 1 then goes before tile 0) instead of taking it
+    def swap(x: Any) -> Any:
+        if _is(x, "tl::pingpong_pass") and isinstance(x.value.args[1], tirx.IntImm):
+            return tirx.Evaluate(tirx.call_extern("int32", "tl::pingpong_pass", tirx.IntImm("int32", 0)))
+        return x
+
+    def first(s: Any) -> Any:  # the condition of that first pass: warpgroup 0 instead of 1
+        if isinstance(s.then_case, tirx.Evaluate) and _is(s.then_case, "tl::pingpong_pass") and \
+                isinstance(s.then_case.value.args[1], tirx.IntImm):
+            return tirx.IfThenElse(tirx.EQ(s.condition.a, tirx.IntImm("int32", 0)), swap(s.then_case), None)
+        return s
+
+    func = _stage(PP_ARGS, PINGPONG)
+    func = func.with_body(tvm_ffi.structural_map(func.body, [(tirx.IfThenElse, first)]))
+    assert "pingpong_pass\", 0)" in func.script()
+    _catches_pp(func, "mainloops overlap|reads tile|before its tile landed|deadlock")
 
 
 # -- the split -----------------------------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ class PassConfigKey:
     TL_CUDA_PERSISTENT = "tl.cuda.persistent"
     TL_CUDA_SPLIT_MASKED_ITERATIONS = "tl.cuda.split_masked_iterations"
     TL_CUDA_PINGPONG = "tl.cuda.pingpong"
+    TL_CUDA_GEMM_PINGPONG = "tl.cuda.gemm_pingpong"
     TL_CUDA_ATTENTION_OVERLAP = "tl.cuda.attention_overlap"
     TL_CUDA_WS_KEEP_OCCUPANCY = "tl.cuda.ws_keep_occupancy"
     TL_CUDA_TMA_STORE = "tl.cuda.tma_store"
@@ -167,6 +168,11 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
     Option(K.TL_CUDA_PINGPONG, "bool", False, "CUDA sm_90a, a warp-specialised loop of two consumer warpgroups "
            "whose body is more than one gemm (attention): the warpgroups take turns at their first wgmma T.gemm "
            "(named barriers), so one's softmax runs under the other's gemms (FlashAttention-3's ping-pong)"),
+    Option(K.TL_CUDA_GEMM_PINGPONG, "bool", False, "CUDA sm_90a, a persistent warp-specialised wgmma GEMM of "
+           "threads=128: launch two consumer warpgroups, each with the program's tile and its own accumulator, "
+           "taking every other tile of the block's walk and turns at the mainloop (named barriers), so one's "
+           "epilogue runs under the other's wgmma (CUTLASS's ping-pong); off by default until measured on the "
+           "H200 (transform/cuda/sm90/gemm_pingpong.py; why a kernel keeps one consumer group is noted)"),
     Option(K.TL_CUDA_SETMAXNREG, "bool", True, "CUDA sm_90a, a warp-specialised loop with two or more consumer "
            "warpgroups: the producer warpgroup gives registers to the consumers (setmaxnreg: 40 and 232 per thread "
            "for two); False keeps the launch's equal share"),

@@ -80,7 +80,7 @@ from .common import (
     sync_stmt,
 )
 from .layouts import MMA_DTYPES, dtype_bytes, is_wgmma_swizzle
-from .sm90 import cluster, overlap, tma
+from .sm90 import cluster, gemm_pingpong, overlap, tma
 from .sm90 import warp_specialize as ws
 
 
@@ -743,6 +743,14 @@ def pipeline_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT, arch: str 
             func, note = ws.persist(func, base, n, ctas)
         if note:
             pipe.fused_notes.append(note)
+        if options[PassConfigKey.TL_CUDA_GEMM_PINGPONG]:  # two consumer warpgroups on alternate tiles
+            func, pp_note = gemm_pingpong.lower(func, pipe.ws_loop_var, pipe.tid, pipe.threads, bool(note),
+                                                bool(options[PassConfigKey.TL_CUDA_TMA_STORE]),
+                                                pipe.cluster_plan is not None)
+            pipe.fused_notes.append(pp_note)
+    elif options[PassConfigKey.TL_CUDA_GEMM_PINGPONG]:
+        pipe.fused_notes.append("tl.cuda.gemm_pingpong not applied: the kernel has no warp-specialised TMA wgmma "
+                                "GEMM loop (its other notes say why)")
     if pipe.cluster_shape is not None and pipe.cluster_plan is None:
         cx, cy, cz = pipe.cluster_shape
         pipe.fused_notes.append(f"tl.cuda.cluster ({cx}, {cy}, {cz}) not applied: "

@@ -11,6 +11,8 @@ exactly as the unspecialised kernel would. This pass runs after every barrier is
 * makes every ``__syncthreads`` of the consumer part a named barrier of the consumer threads (``bar.sync 1,
   threads``) — the producer warpgroup never arrives at barrier 0 after the split — and drops any barrier placed in
   the producer part (its thread hands data over through the mbarriers only);
+* for the gemm ping-pong (``tl.cuda.gemm_pingpong``, ``sm90/gemm_pingpong.py``) the consumer part is two warpgroups
+  of the program's threads: their code reads ``threadIdx.x % 128``, their barriers are each warpgroup's own;
 * with two or more consumer warpgroups, moves registers from the producer to the consumers (``setmaxnreg``; a
   producer needs few, and the accumulators of ``threads / 128`` warpgroups need many) unless pass_configs
   ``tl.cuda.setmaxnreg`` is False.
@@ -27,6 +29,7 @@ from tvm import tirx
 from ...pass_config import DEFAULT, PassConfig, PassConfigKey
 from ..common.rewriter import seq
 from .common import ATTR_LAUNCH, extern, find_thread_var, is_sync
+from .sm90 import gemm_pingpong
 from .sm90.warp_specialize import ATTR_CONSUMER, ATTR_PRODUCER, ATTR_SPLIT, PRODUCER_THREADS
 
 REGISTER_FILE = 65536  # 32-bit registers of an SM, all of which one block of the split may hold
@@ -83,7 +86,10 @@ def warp_specialize_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT) -> 
         mark = int(attrs[ATTR_PRODUCER].value)  # sm90/warp_specialize.ws_loop's: 1 general, 2 a cluster's GEMM
         general = mark == 1
         producer = _retarget_syncs(parts[ATTR_PRODUCER], None)
-        consumer = _retarget_syncs(parts[ATTR_CONSUMER], extern(f"tl::named_barrier_sync<1, {threads}>"))
+        if gemm_pingpong.is_pingpong(attrs[ATTR_CONSUMER]):  # two warpgroups, each the program's threads
+            consumer = gemm_pingpong.finish(attrs[ATTR_CONSUMER], tid)
+        else:
+            consumer = _retarget_syncs(parts[ATTR_CONSUMER], extern(f"tl::named_barrier_sync<1, {threads}>"))
         regs = register_split(threads, general, mark == 2) if options[PassConfigKey.TL_CUDA_SETMAXNREG] else None
         prod = [tirx.IfThenElse(tirx.EQ(tid, tirx.IntImm("int32", threads)), producer, None)]
         cons = [consumer]

@@ -99,10 +99,13 @@ __device__ __forceinline__ void wgmma_issue(float* d, unsigned long long da, uns
   }
 }
 
+// OWN_TILE = 1 (tl.cuda.gemm_pingpong): every warpgroup of the block computes the whole tile of its own call (its
+// own accumulator), whatever its threadIdx.x / 128; only for a 1 x 1 warpgroup grid
 template <int M, int N, int K, int WG_M, int WG_N, int NC, bool TRANS_A, bool TRANS_B, int SWZ_A, int SWZ_B,
-          int PENDING = 0, typename T, typename TB>
+          int PENDING = 0, int OWN_TILE = 0, typename T, typename TB>
 __device__ __forceinline__ void wgmma_gemm_ss(const T* A, const TB* B, float* C) {
   static_assert(PENDING >= 0 && PENDING <= 2, "wgmma_gemm_ss: PENDING is 0, 1 or 2 groups left in flight");
+  static_assert(!OWN_TILE || WG_M * WG_N == 1, "wgmma_gemm_ss: OWN_TILE is for one warpgroup's tile");
   static_assert(sizeof(T) == sizeof(TB), "wgmma_gemm_ss: A and B have one element size");
   constexpr int WM = M / WG_M, WN = N / WG_N;
   constexpr int MI = WM / 64, NT = WN / 8;
@@ -112,7 +115,7 @@ __device__ __forceinline__ void wgmma_gemm_ss(const T* A, const TB* B, float* C)
   // stored tiles: A is M x K (K x M when TRANS_A), B is K x N (N x K when TRANS_B)
   constexpr int A_ROWS = TRANS_A ? K : M, A_COLS = TRANS_A ? M : K;
   constexpr int B_ROWS = TRANS_B ? N : K, B_COLS = TRANS_B ? K : N;
-  const int g = threadIdx.x / 128;
+  const int g = OWN_TILE ? 0 : threadIdx.x / 128;
   const int gr = g / WG_N, gc = g % WG_N;
   const unsigned a_base = smem_addr(A), b_base = smem_addr(B);
   fence_proxy_async_shared();

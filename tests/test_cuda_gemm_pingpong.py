@@ -1,0 +1,151 @@
+"""The ping-pong persistent GEMM on sm_90a (pass_configs ``tl.cuda.gemm_pingpong``,
+``transform/cuda/sm90/gemm_pingpong.py``), checked without a GPU: the generated CUDA C (two consumer warpgroups of
+the program's 128 threads, the turn barriers around the mainloop, ``OWN_TILE`` wgmma calls, 384 threads), the key
+off leaving the kernel byte-identical, the notes where it does not apply, ptxas for sm_90a (no spills, no wgmma
+serialisation warning) and the SASS (HGMMA, the named barriers), and the CUDA emulator against torch on small
+shapes (several tiles per block, odd and even tile counts, a block of one tile, ragged M/N, both wait modes).
+The concurrency model of the schedule (turn order, a missing turn barrier) is in test_cuda_warp_specialize.py;
+the GPU twin is tests/gpu/test_gemm_pingpong.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import tilelang_core as tilelang
+from tilelang_core.backend.cuda import codegen as cuda_codegen
+from tilelang_core.backend.cuda import find_nvcc
+from tilelang_core.pass_config import PassConfigKey, resolve
+from tilelang_core.quickstart import matmul_relu
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cuda_emulator import Emulator, is_close_fraction  # noqa: E402
+
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found: the sm_90a compile tests need it")
+SM90A = {"kind": "cuda", "arch": "sm_90a"}
+KEY = PassConfigKey.TL_CUDA_GEMM_PINGPONG
+ON = {KEY: True}
+
+
+def _lowered(args: tuple, pass_configs: dict[str, Any] | None) -> Any:
+    return cuda_codegen.lower(matmul_relu.get_program(*args), arch="sm_90a", options=resolve(pass_configs))
+
+
+def _source(args: tuple, pass_configs: dict[str, Any] | None) -> str:
+    return cuda_codegen.generate(_lowered(args, pass_configs), arch="sm_90a", options=resolve(pass_configs)).source
+
+
+def _notes(args: tuple, pass_configs: dict[str, Any] | None) -> list[str]:
+    func = _lowered(args, pass_configs)["main"]
+    return [str(n) for n in func.attrs["tl.notes"]] if "tl.notes" in func.attrs else []
+
+
+# -- the generated code ----------------------------------------------------------------------------------------
+
+GEMM = (512, 512, 256, 128, 128, 64, 3, 128, "float16")  # 16 tiles of 128 x 128, 4 k-steps on 3 stages
+PERSIST = {"tl.cuda.persistent": 3}
+
+
+def test_two_consumer_warpgroups_take_turns_at_the_mainloop_with_their_own_tile():
+    src = _source(GEMM, {**ON, **PERSIST})
+    assert "__launch_bounds__(384" in src or "384" in src
+    assert src.count("tl::pingpong_wait(") == 2  # before the mainloop, and the last turn after the walk
+    assert src.count("tl::pingpong_pass(") == 2  # warpgroup 1's first pass, and after each mainloop
+    assert "tl::pingpong_pass(1);" in src
+    calls = [ln for ln in src.splitlines() if "tl::wgmma_gemm_ss<" in ln]
+    assert calls and all("128, 128, 1, 1>(" in ln for ln in calls), calls  # swizzles, PENDING 1, OWN_TILE 1
+    assert "tl::setmaxnreg_inc<232>" in src and "tl::setmaxnreg_dec<40>" in src
+    assert "(uint)4);" in src  # empty barriers: the 4 warps of one warpgroup consume a stage
+    # the k loop sits between the turn's wait and its pass
+    lines = src.splitlines()
+    wait = next(i for i, ln in enumerate(lines) if "tl::pingpong_wait(" in ln)
+    gemm = next(i for i, ln in enumerate(lines) if "tl::wgmma_gemm_ss<" in ln)
+    passed = next(i for i, ln in enumerate(lines) if "tl::pingpong_pass(" in ln and i > gemm)
+    drain = next(i for i, ln in enumerate(lines) if "tl::wgmma_drain<" in ln)
+    assert wait < gemm < passed < drain
+
+
+def test_the_key_off_leaves_the_kernel_byte_identical():
+    assert _source(GEMM, {KEY: False, **PERSIST}) == _source(GEMM, PERSIST)
+
+
+def test_the_key_is_validated_and_in_the_cache_key():
+    assert resolve(ON).key() != resolve(None).key()
+    with pytest.raises(ValueError, match=KEY):
+        resolve({KEY: 1})
+
+
+# -- where it does not apply --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args,configs,why", [
+    ((512, 512, 256, 128, 128, 64, 3, 256, "float16"), PERSIST, "threads=256: each consumer warpgroup"),
+    (GEMM, {"tl.cuda.persistent": -1}, "not persistent"),
+    ((256, 256, 256, 128, 128, 64, 3, 128, "float16"), None, "not persistent"),  # 4 tiles, 132 blocks
+    (GEMM, {**PERSIST, "tl.cuda.tma_store": True}, "tl.cuda.tma_store"),
+    (GEMM, {**PERSIST, "tl.cuda.cluster": (2, 1)}, "tl.cuda.cluster is on"),
+    (GEMM, {**PERSIST, "tl.disable_warp_specialized": True}, "no warp-specialised TMA wgmma GEMM loop"),
+])
+def test_where_it_does_not_apply_a_note_says_why(args, configs, why):
+    notes = _notes(args, {**ON, **(configs or {})})
+    mine = [n for n in notes if "tl.cuda.gemm_pingpong not applied" in n]
+    assert len(mine) == 1 and why in mine[0], notes
+    assert not any(n.startswith("gemm ping-pong") for n in notes)
+
+
+def test_an_epilogue_through_shared_memory_keeps_one_consumer_group():
+    from test_cuda_warp_specialize import gemm_via_shared
+
+    prog = gemm_via_shared.get_program(512, 512, 256, 128, 128, 64, 3, 128)
+    func = cuda_codegen.lower(prog, arch="sm_90a", options=resolve({**ON, **PERSIST}))["main"]
+    notes = [str(n) for n in func.attrs["tl.notes"]]
+    assert any("gemm_pingpong not applied" in n and "shared tile" in n for n in notes), notes
+
+
+# -- ptxas and SASS -------------------------------------------------------------------------------------------------
+
+@needs_nvcc
+@pytest.mark.parametrize("tile", [(128, 128, 64, 4), (128, 192, 64, 4)])
+def test_ptxas_builds_it_for_sm_90a_without_spills_and_the_sass_has_hgmma_and_the_named_barriers(tile):
+    bm, bn, bk, s = tile
+    k = tilelang.compile(matmul_relu.get_program(8192, 8192, 8192, bm, bn, bk, s, 128, "float16"), out_idx=[-1],
+                         target=SM90A, pass_configs=ON)
+    res = k.resources()
+    assert res is not None and res.spill_stores == 0 and res.spill_loads == 0, res
+    assert res.threads == 384 and res.registers == 168, res  # 65536 / 384: setmaxnreg moves them (ptxas 13.0)
+    assert not res.warnings, res.warnings  # no C7511/C7514 wgmma serialisation
+    sass = k.get_kernel_source("sass")
+    assert "HGMMA.64x" in sass and "UTMALDG.2D" in sass
+    assert "BAR.ARV" in sass  # the turn passed (bar.arrive 2 / 3 - wg, 256)
+    assert sum("BAR.SYNC" in ln and "0x100" in ln for ln in sass.splitlines()) >= 2  # the turns taken (256)
+    assert "USETMAXREG.TRY_ALLOC.CTAPOOL" in sass
+
+
+# -- the CUDA emulator against torch ----------------------------------------------------------------------------
+
+def _emulate(args: tuple, pass_configs: dict[str, Any], seed: int) -> tuple[str, torch.Tensor, torch.Tensor]:
+    M, N, K = args[:3]
+    dt = getattr(torch, args[-1])
+    g = torch.Generator().manual_seed(seed)
+    a, b = torch.randn(M, K, generator=g).to(dt), torch.randn(K, N, generator=g).to(dt)
+    emu = Emulator(matmul_relu.get_program(*args), "sm_90a", pass_configs)
+    c = torch.full((M, N), float("nan"), dtype=dt)
+    emu.run([a, b, c])
+    return emu.func.script(), c, torch.relu(a.double() @ b.double())
+
+
+@pytest.mark.parametrize("args,configs,seed", [
+    # 16 tiles of 64 x 64 over 3 blocks (6, 5, 5 tiles: even and odd walks), 4 k-steps on 3 stages in flight
+    ((256, 256, 128, 64, 64, 32, 3, 128, "float16"), {"tl.cuda.persistent": 3}, 0),
+    # ragged M and N (200 x 136: 2 x 3 tiles of 128 x 64 over 2 blocks), bf16, 2 stages (wait_group 0)
+    ((200, 136, 96, 128, 64, 32, 2, 128, "bfloat16"), {"tl.cuda.persistent": 2}, 1),
+    # 3 tiles over 2 blocks: block 1 walks one tile (warpgroup 1 only passes and takes the turn)
+    ((192, 64, 64, 64, 64, 32, 3, 128, "float16"), {"tl.cuda.persistent": 2}, 2),
+])
+def test_emulated_ping_pong_gemm_matches_torch(args, configs, seed):
+    text, out, ref = _emulate(args, {**ON, **configs}, seed)
+    assert "tl::pingpong_wait" in text and '"threads": 384' in text
+    assert is_close_fraction(out, ref, 2e-2, 1e-1) == 0.0, float((out.double() - ref).abs().max())
