@@ -149,3 +149,19 @@ def test_emulated_ping_pong_gemm_matches_torch(args, configs, seed):
     text, out, ref = _emulate(args, {**ON, **configs}, seed)
     assert "tl::pingpong_wait" in text and '"threads": 384' in text
     assert is_close_fraction(out, ref, 2e-2, 1e-1) == 0.0, float((out.double() - ref).abs().max())
+
+
+def test_emulated_ping_pong_gemm_of_transposed_operands_matches_torch():
+    # A stored (K, M), B stored (N, K): MN-major A tiles; 3 x 2 tiles of 64 x 64 over 2 blocks, bf16
+    from wgmma_kernels import gemm_t
+
+    M, N, K = 192, 128, 96
+    g = torch.Generator().manual_seed(4)
+    a, b = torch.randn(K, M, generator=g).to(torch.bfloat16), torch.randn(N, K, generator=g).to(torch.bfloat16)
+    emu = Emulator(gemm_t.get_program(M, N, K, 64, 64, 32, True, True, 3, 128, "bfloat16"), "sm_90a",
+                   {**ON, "tl.cuda.persistent": 2})
+    c = torch.full((M, N), float("nan"), dtype=torch.bfloat16)
+    emu.run([a, b, c])
+    assert "tl::pingpong_wait" in emu.func.script()
+    ref = torch.relu(a.double().T @ b.double().T)
+    assert is_close_fraction(c, ref, 2e-2, 1e-1) == 0.0, float((c.double() - ref).abs().max())
