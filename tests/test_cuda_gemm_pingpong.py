@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import tilelang_core as tilelang
+import tilelang_core.language as T
 from tilelang_core.backend.cuda import codegen as cuda_codegen
 from tilelang_core.backend.cuda import find_nvcc
 from tilelang_core.pass_config import PassConfigKey, resolve
@@ -164,4 +165,39 @@ def test_emulated_ping_pong_gemm_of_transposed_operands_matches_torch():
     emu.run([a, b, c])
     assert "tl::pingpong_wait" in emu.func.script()
     ref = torch.relu(a.double().T @ b.double().T)
+    assert is_close_fraction(c, ref, 2e-2, 1e-1) == 0.0, float((c.double() - ref).abs().max())
+
+
+@tilelang.jit(out_idx=[-1])
+def gemm_rastered(M: int, N: int, K: int, bM: int, bN: int, bK: int, stages: int, panel: int,
+                  dtype: str = "float16") -> Any:
+    """One warpgroup's GEMM tile with ``T.use_swizzle(panel)``: the tile indices are rasterised in the kernel."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=128) as (bx, by):
+            A_s = T.alloc_shared((bM, bK), dtype)
+            B_s = T.alloc_shared((bK, bN), dtype)
+            C_f = T.alloc_fragment((bM, bN), "float32")
+            T.use_swizzle(panel)
+            T.clear(C_f)
+            for k in T.Pipelined(T.ceildiv(K, bK), num_stages=stages):
+                T.copy(A[by * bM, k * bK], A_s)
+                T.copy(B[k * bK, bx * bN], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C[by * bM, bx * bN])
+
+    return main
+
+
+def test_emulated_ping_pong_gemm_with_rasterised_tiles_matches_torch():
+    # T.use_swizzle(2): each warpgroup decodes its tiles through the rasterisation; 3 x 3 tiles over 2 blocks
+    M, N, K = 192, 192, 64
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(M, K, generator=g).half(), torch.randn(K, N, generator=g).half()
+    emu = Emulator(gemm_rastered.get_program(M, N, K, 64, 64, 32, 3, 2), "sm_90a", {**ON, "tl.cuda.persistent": 2})
+    assert any(str(n).startswith("gemm ping-pong") for n in emu.func.attrs["tl.notes"])
+    c = torch.full((M, N), float("nan"), dtype=torch.float16)
+    emu.run([a, b, c])
+    ref = a.double() @ b.double()
     assert is_close_fraction(c, ref, 2e-2, 1e-1) == 0.0, float((c.double() - ref).abs().max())

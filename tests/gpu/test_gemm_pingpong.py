@@ -1,12 +1,12 @@
 """The ping-pong persistent GEMM on the GPU (issue 15 part 4, ``pass_configs={"tl.cuda.gemm_pingpong": True}``,
 ``transform/cuda/sm90/gemm_pingpong.py``): two consumer warpgroups, each with the program's 128-thread tile and its
 own accumulator, take alternate tiles of a persistent block's walk and turns at the mainloop. Cases: fp16 and bf16,
-ragged M/N/K, transposed operands, 2 stages (wait_group 0) and 4-5 (one group in flight), 128x128 and 128x192
-tiles, odd and even tile counts per block (``tl.cuda.persistent`` = n blocks). Each against torch in float64 into a
-poisoned output and bit for bit against the same program with the key off (the same wgmma on the same tile in the
-same k order: one consumer warpgroup per block). Repeated calls must agree (a turn out of order or a stage read
-before it landed shows as an intermittent wrong tile or a hang: the suite's per-test watchdog). Not run on a GPU
-yet (written 2026-12-02 without one)."""
+ragged M/N/K, transposed operands, 2 stages (wait_group 0) and 4-5 (one group in flight), 128x128 and 128x192 tiles,
+odd and even tile counts per block (``tl.cuda.persistent`` = n blocks), ``T.use_swizzle`` rasterisation. Each
+against torch in float64 into a poisoned output and bit for bit against the same program with the key off (the same
+wgmma on the same tile in the same k order: one consumer warpgroup per block). Repeated calls must agree (a turn out
+of order or a stage read before it landed shows as an intermittent wrong tile or a hang: the suite's per-test
+watchdog). Not run on a GPU yet (written 2026-12-02 without one)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import tilelang_core as tilelang
 from .conftest import assert_written_and_close, poisoned, randn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from test_cuda_gemm_pingpong import gemm_rastered  # noqa: E402
 from wgmma_kernels import gemm_t  # noqa: E402
 
 DT = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -69,3 +70,19 @@ def test_ping_pong_gemm_matches_torch_and_the_one_warpgroup_kernel(case, blocks)
     assert torch.equal(c, off(a, b)), "the ping-pong kernel differs from the one-warpgroup kernel"
     for _ in range(5):
         assert torch.equal(on(a, b), c), "a repeated call of the ping-pong kernel gave another result"
+
+
+@pytest.mark.parametrize("panel", [4, 16])
+def test_ping_pong_gemm_with_rasterised_tiles_matches_torch_and_the_one_warpgroup_kernel(panel):
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the gemm ping-pong is built for sm_90a (wgmma, TMA, setmaxnreg)")
+    M, N, K = 3072, 2048, 512  # 24 x 16 tiles of 128 x 128 over 132 blocks
+    prog = gemm_rastered.get_program(M, N, K, 128, 128, 64, 4, panel)
+    on = tilelang.compile(prog, out_idx=[-1], target="cuda", pass_configs={KEY: True})
+    assert "tl::pingpong_wait(" in on.get_kernel_source("cuda")
+    off = tilelang.compile(prog, out_idx=[-1], target="cuda")
+    a, b = randn(M, K, dtype=torch.float16), randn(K, N, dtype=torch.float16)
+    c = poisoned((M, N), torch.float16)
+    on(a, b, c)
+    assert_written_and_close(c, (a.double() @ b.double()).half(), rtol=5e-3, atol=2e-2)
+    assert torch.equal(c, off(a, b)), "the ping-pong kernel differs from the one-warpgroup kernel"
