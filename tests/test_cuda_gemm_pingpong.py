@@ -3,7 +3,8 @@
 the program's 128 threads, the turn barriers around the mainloop, ``OWN_TILE`` wgmma calls, 384 threads), the key
 off leaving the kernel byte-identical, the notes where it does not apply, ptxas for sm_90a (no spills, no wgmma
 serialisation warning) and the SASS (HGMMA, the named barriers), and the CUDA emulator against torch on small
-shapes (several tiles per block, odd and even tile counts, a block of one tile, ragged M/N, both wait modes).
+shapes (several tiles per block, odd and even tile counts, a block of one tile, ragged M/N, both wait modes,
+transposed operands, rasterised tiles), and the emulator catching warpgroups that do not take turns (a race).
 The concurrency model of the schedule (turn order, a missing turn barrier) is in test_cuda_warp_specialize.py;
 the GPU twin is tests/gpu/test_gemm_pingpong.py."""
 
@@ -15,6 +16,9 @@ from typing import Any
 
 import pytest
 import torch
+import tvm
+import tvm_ffi
+from tvm import tirx
 
 import tilelang_core as tilelang
 import tilelang_core.language as T
@@ -22,9 +26,10 @@ from tilelang_core.backend.cuda import codegen as cuda_codegen
 from tilelang_core.backend.cuda import find_nvcc
 from tilelang_core.pass_config import PassConfigKey, resolve
 from tilelang_core.quickstart import matmul_relu
+from tilelang_core.transform.cuda.common import extern_name
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cuda_emulator import Emulator, is_close_fraction  # noqa: E402
+from cuda_emulator import EmulationError, Emulator, is_close_fraction  # noqa: E402
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found: the sm_90a compile tests need it")
 SM90A = {"kind": "cuda", "arch": "sm_90a"}
@@ -201,3 +206,24 @@ def test_emulated_ping_pong_gemm_with_rasterised_tiles_matches_torch():
     emu.run([a, b, c])
     ref = a.double() @ b.double()
     assert is_close_fraction(c, ref, 2e-2, 1e-1) == 0.0, float((c.double() - ref).abs().max())
+
+
+@pytest.mark.parametrize("dropped", [("tl::pingpong_wait", "tl::pingpong_pass"), ("tl::pingpong_wait",)],
+                         ids=["no_turn_barriers", "no_turn_wait"])
+def test_the_emulator_catches_warpgroups_that_do_not_take_turns(dropped):
+    # both mainloops at once: the producer reloads a stage the other warpgroup's wgmma group still reads
+    M, N, K = 256, 128, 256
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(M, K, generator=g).half(), torch.randn(K, N, generator=g).half()
+    emu = Emulator(matmul_relu.get_program(M, N, K, 64, 64, 32, 3, 128, "float16"), "sm_90a",
+                   {**ON, "tl.cuda.persistent": 2})
+
+    def visit(x: Any) -> Any:
+        v = x.value
+        if isinstance(v, tvm.ir.Call) and extern_name(v) in dropped:
+            return tirx.Evaluate(tirx.IntImm("int32", 0))
+        return x
+
+    emu.func = emu.func.with_body(tvm_ffi.structural_map(emu.func.body, [(tirx.Evaluate, visit)]))
+    with pytest.raises(EmulationError, match="shared-memory race"):
+        emu.run([a, b, torch.empty(M, N, dtype=torch.float16)])
