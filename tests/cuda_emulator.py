@@ -1703,6 +1703,9 @@ _MATH = {
 # device functions of our headers used as values (tl/common.cuh): same results up to their stated error
 _EXTERN_MATH = {
     "tl::fast_exp2": _f(np.exp2),  # ex2.approx.ftz.f32: relative error about 2^-22
+    # include/tl/gemm_frag.cuh: one LOP3 (the word-pair decode of tl.DequantFragmentsCUDA, fragment_pairs.py)
+    "tl::lop3<234>": lambda a, b, c: (a & b) | c,
+    "tl::lop3<106>": lambda a, b, c: (a & b) ^ c,
 }
 
 _COMBINE = {"SumOp": lambda a, b: a + b, "MaxOp": lambda a, b: np.where(a > b, a, b),

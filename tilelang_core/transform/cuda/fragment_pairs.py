@@ -4,8 +4,10 @@ Why: an element-by-element int4 decode costs about four instructions per weight 
 byte permute to pair two halves into the mma's 32-bit register). When the two halves of a register come from
 bit fields 16 bits apart in one word of the staged packed bytes (the fragment pass pairs k that way: nibbles
 ``i`` and ``i + 4`` of a word), ``((w >> s) & (m | m << 16)) | 0x64006400`` read as ``half2`` is ``1024 + x`` in
-both halves at once, so the pair costs one shift, one ``LOP3``, then the program's own fp16 arithmetic in
-``half2`` (``HADD2``/``HMUL2``/``HFMA2`` on both lanes).
+both halves at once, so the pair costs one ``LOP3`` (``tl::lop3``: the mask and the exponent bits in one
+instruction, where ptxas makes two of the C expression), at most one shift per word (a field in the high nibble of
+a byte stays in place: ``(1024 + 16 x) / 16 + (z - 64)`` is one exact ``HFMA2``), then the program's own fp16
+arithmetic in ``half2`` (``HADD2``/``HMUL2``/``HFMA2`` on both lanes).
 
 :func:`pair_value` does this for any element expression of the form ``F(cast_f16(X + z))``: ``X`` the one bit
 field ``(cast_i32(arr[c]) >> s) & m`` of a staged uint8 register array (``m < 1024``) or a whole int8 byte (then
@@ -160,14 +162,26 @@ def pair_value(v0: Any, v1: Any, ana: Any) -> Any | None:
     word = tirx.reinterpret("uint32", tirx.BufferLoad(arr0, [tirx.Ramp(tirx.IntImm("int32", 4 * (c0 // 4)),
                                                                         tirx.IntImm("int32", 1), 4)]))
     shift = pos0 % 32
+    # a field in the high nibble of a byte stays in place, 16 times its value: (1024 + 16 x) / 16 = 64 + x exactly,
+    # so one fma replaces the shift (fp16 only: 16 x < 1024; bf16's 128 values leave no room)
+    high = shift % 8 == 4 and dt == "float16" and (m0 << 4) < base and not sg0
+    if high:
+        shift -= 4
     if shift:
         word = tirx.shift_right(word, tirx.const(shift, "uint32"))
-    bits = tirx.bitwise_and(word, tirx.const(m0 | (m0 << 16), "uint32"))
-    if sg0:  # a signed byte b: (b ^ 0x80) is b + 128 as an unsigned byte
-        bits = tirx.bitwise_xor(bits, tirx.const(0x00800080, "uint32"))
-    bits = tirx.bitwise_or(bits, tirx.const(magic | (magic << 16), "uint32"))
-    offset = ana.simplify(tirx.Cast(dt, tirx.IntImm("int32", base - low) - tirx.Cast("int32", z)))
-    pair = tirx.reinterpret(f"{dt}x2", bits) - tirx.Broadcast(offset, 2)
+    # one LOP3 (include/tl/gemm_frag.cuh): the two fields, then the exponent bits: | magic, or for a signed byte b
+    # ^ (0x80 | magic) (b ^ 0x80 is b + 128 unsigned; the magic bits lie above the field, so | and ^ agree there)
+    lut, top = (0x6A, magic | 0x80) if sg0 else (0xEA, magic)
+    fm = m0 << 4 if high else m0
+    bits = tirx.call_pure_extern("uint32", f"tl::lop3<{lut}>", word, tirx.const(fm | (fm << 16), "uint32"),
+                                 tirx.const(top | (top << 16), "uint32"))
+    halves = tirx.reinterpret(f"{dt}x2", bits)
+    if high:  # (1024 + 16 x) * 1/16 + (z - 64) = x + z: every step exact
+        offset = ana.simplify(tirx.Cast(dt, tirx.Cast("int32", z) - base // 16))
+        pair = halves * tirx.Broadcast(tirx.const(1 / 16, dt), 2) + tirx.Broadcast(offset, 2)
+    else:
+        offset = ana.simplify(tirx.Cast(dt, tirx.IntImm("int32", base - low) - tirx.Cast("int32", z)))
+        pair = halves - tirx.Broadcast(offset, 2)
     return _vectorise(rest, h, pair)
 
 

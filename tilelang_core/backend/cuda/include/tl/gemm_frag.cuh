@@ -24,6 +24,16 @@
 
 namespace tl {
 
+// One LOP3 of three words with the PTX truth table LUT (0xEA: (a & b) | c; 0x6A: (a & b) ^ c): the word-pair decode
+// (tl.DequantFragmentsCUDA's fragment_pairs.py) masks two bit fields and sets the exponent bits in one instruction,
+// where ptxas makes two LOP3 of the C expression (one immediate per LOP3).
+template <int LUT>
+__device__ __forceinline__ unsigned lop3(unsigned a, unsigned b, unsigned c) {
+  unsigned d;
+  asm("lop3.b32 %0, %1, %2, %3, %4;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c), "n"(LUT));
+  return d;
+}
+
 template <int M, int N, int K, int WARP_M, int WARP_N, int SWZ_A, int CH, int KK, int D, typename T>
 __device__ __forceinline__ void gemm_rb_step(const T* A, const T* bfrag, float* C) {
   constexpr int WM = M / WARP_M, WN = N / WARP_N;
