@@ -51,12 +51,13 @@ VARIANTS = {v.name: v for v in dv.VARIANTS}
 
 
 def gemm_with_plain_loads(M: int, N: int, K: int, vl: int = 64, vdt: str = "float32", uk: int = 64,
-                          udt: str = "uint8", ku: int | None = None, layout: str = "", nv: int | None = None) -> Any:
+                          udt: str = "uint8", ku: int | None = None, layout: str = "", nv: int | None = None,
+                          in_place: bool = False) -> Any:
     """A wgmma GEMM (64 x 64 x 64 tiles, 2 stages) whose loop also loads, per k-step, ``vl`` elements of a 1-D
     tensor ``Vv`` (``nv`` long) into a 1-D tile and a ``64 x uk`` tile of a 2-D tensor ``U`` (``M x ku``) into a
     2-D tile, and sums them: ``Vs = sum_k Vv[k vl : (k+1) vl]``, ``Us[i, :] = sum_k U[i, k uk : (k+1) uk]`` (``C =
     A @ B``; parts past a tensor's end count as zeros). ``layout``: "swizzled" / "index" annotates the uint8 tile
-    with ``make_swizzled_layout`` / an index map."""
+    with ``make_swizzled_layout`` / an index map; ``in_place``: the loop doubles the 1-D tile in place first."""
     bm = bn = bk = 64
     steps = -(-K // bk)
     ku = ku if ku is not None else steps * uk
@@ -87,6 +88,9 @@ def gemm_with_plain_loads(M: int, N: int, K: int, vl: int = 64, vdt: str = "floa
                 T.copy(Vv[k * vl:(k + 1) * vl], v_s)
                 T.copy(U[by * bm, k * uk], u_s)
                 T.gemm(A_s, B_s, C_f)
+                if in_place:
+                    for i in T.Parallel(vl):
+                        v_s[i] = v_s[i] * T.cast(2, vdt)
                 for i in T.Parallel(vl):
                     v_f[i] += T.cast(v_s[i], "float32")
                 for i, j in T.Parallel(bm, uk):
@@ -182,6 +186,7 @@ def test_the_launcher_encodes_every_plain_dtype():
     ({"ku": 200}, "rows of U are 200 bytes, not a multiple of 16"),
     ({"layout": "swizzled"}, "u_s has the mma.sync XOR swizzle"),
     ({"layout": "index"}, "u_s has a T.annotate_layout index map"),
+    ({"in_place": True}, "the loop body writes the shared tile v_s"),
 ])
 def test_a_plain_load_that_cannot_be_a_box_keeps_cp_async_with_a_note_naming_the_rule(kw, words):
     notes = _notes(gemm_with_plain_loads(128, 64, 256, **kw), PLAIN, [4, 5, 6])

@@ -337,7 +337,7 @@ class PipelineCUDA(Rewriter):
 
         in_flight = self._wgmma_in_flight(consumers, remap, stages)
         dist = prefetch_distance(stages, in_flight is not None)
-        copies = self._tma_copies(producers)
+        copies = self._tma_copies(producers, consumers)
         if copies is None:
             self.cluster_why = self.cluster_why or "the loop's loads are not TMA boxes (cp.async, or not sm_90)"
         if copies is not None:
@@ -549,14 +549,15 @@ class PipelineCUDA(Rewriter):
         self.ws_applied = (base, self.ws_extent)
         return seq([*both, split], s.span)
 
-    def _tma_copies(self, producers: list[Any]) -> list[tma.TmaCopy] | None:
+    def _tma_copies(self, producers: list[Any], consumers: list[Any] = ()) -> list[tma.TmaCopy] | None:
         """The producers as TMA copies (their maps recorded in ``self.tma_maps``), or None with the reason noted:
         on sm_90 with ``tl.disable_tma_lower`` off, when every producer is a whole 2-D tile into a wgmma layout
         (with ``tl.cuda.tma_plain_tiles``, or into a plain row-major tile, when one producer fills a wgmma tile)."""
         if self.options[PassConfigKey.TL_DISABLE_TMA_LOWER] or not self.arch.startswith("sm_90") or self.tid is None:
             return None
         plain = bool(self.options[PassConfigKey.TL_CUDA_TMA_PLAIN_TILES])  # plain tiles too (SWIZZLE_NONE boxes)
-        plans = [tma.plan_copy(p, self.swizzle, plain, self.index_tiles) for p in producers]
+        written = tma.written_tiles(list(consumers)) if plain else frozenset()
+        plans = [tma.plan_copy(p, self.swizzle, plain, self.index_tiles, written) for p in producers]
         if not any(is_wgmma_swizzle(self.swizzle.get(_producer_dst(p), 0)) for p in producers):
             return None  # no producer fills a wgmma tile (tiles for mma.sync or FMA): nothing to report
         hinted = [p for p in producers if eviction_of(p)]

@@ -42,12 +42,13 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import tvm_ffi
 from tvm import tirx
 
 from ....language._ir import Region
 from ...common.regions import is_global
-from ...common.rewriter import const_int, seq, with_span
-from ..common import extern, substitute, sync_stmt
+from ...common.rewriter import const_int, seq, tile_op_name, with_span
+from ..common import extern, is_shared, substitute, sync_stmt
 from ..layouts import WGMMA_SWIZZLE_BASE, dtype_bytes, is_wgmma_swizzle
 
 ATTR_TMA_MAPS = "tl.tma_maps"  # JSON list of TmaMap (as dicts), in tl_tmaps parameter order
@@ -94,15 +95,17 @@ class TmaCopy:
 
 
 def plan_copy(copy: Any, swizzle: dict[Any, int], plain: bool = False,
-              index_layouts: frozenset[str] = frozenset()) -> tuple[TmaMap | None, str]:
+              index_layouts: frozenset[str] = frozenset(),
+              written: frozenset[str] = frozenset()) -> tuple[TmaMap | None, str]:
     """The tensor map a producer ``T.copy`` needs to be one TMA box per column block, or (None, why not).
     ``plain`` (``tl.cuda.tma_plain_tiles``): a tile that is not a wgmma operand is planned by
-    :func:`plan_plain_copy` (``index_layouts``: the tiles with a ``T.annotate_layout`` index map)."""
+    :func:`plan_plain_copy` (``index_layouts``: the tiles with a ``T.annotate_layout`` index map; ``written``: the
+    tiles the loop body writes, :func:`written_tiles`)."""
     src, dst = Region.of(copy.value.args[0]), Region.of(copy.value.args[1])
     g, t = src.buffer, dst.buffer
     dt = str(t.dtype)
     if plain and not is_wgmma_swizzle(swizzle.get(t, 0)):
-        return plan_plain_copy(copy, swizzle.get(t, 0), index_layouts)
+        return plan_plain_copy(copy, swizzle.get(t, 0), index_layouts, written)
     if not is_global(g) or str(g.dtype) != dt or dt not in TMA_DTYPES:
         return None, (f"TMA here copies float16/bfloat16/float8_e4m3fn/float8_e5m2 global tensors of the tile's "
                       f"dtype ({g.name} -> {t.name})")
@@ -133,7 +136,41 @@ def plan_copy(copy: Any, swizzle: dict[Any, int], plain: bool = False,
     return TmaMap(g.name, dt, tuple(reversed(gshape)), tuple(box), code - WGMMA_SWIZZLE_BASE), ""
 
 
-def plan_plain_copy(copy: Any, code: int, index_layouts: frozenset[str] = frozenset()) -> tuple[TmaMap | None, str]:
+# the region arguments a tile op only reads (any other region argument may be written)
+_READ_ARGS = {"tl.copy": (0,), "tl.gemm": (0, 1), "tl.reduce": (0,)}
+
+
+def written_tiles(stmts: list[Any]) -> frozenset[str]:
+    """The names of the shared tiles ``stmts`` (a loop's consumer part) may write: stored to, or a region argument
+    of a tile op other than one it only reads. A TMA load into a stage the threads wrote would be an async-proxy
+    write after generic-proxy writes of the same bytes, which a warp-specialised loop's release does not fence, so
+    such plain tiles keep cp.async."""
+    found: set[str] = set()
+
+    def store(x: Any) -> Any:
+        if is_shared(x.buffer):
+            found.add(x.buffer.name)
+        return x
+
+    def call(e: Any) -> Any:
+        name = tile_op_name(e)
+        if name is None:
+            return e
+        for i, a in enumerate(e.value.args):
+            if i in _READ_ARGS.get(name, ()):
+                continue
+            buf = getattr(a, "source", None) if hasattr(a, "region") else None  # a region argument's tile
+            if buf is not None and is_shared(buf):
+                found.add(buf.name)
+        return e
+
+    for x in stmts:
+        tvm_ffi.structural_map(x, [(tirx.BufferStore, store), (tirx.Evaluate, call)])
+    return frozenset(found)
+
+
+def plan_plain_copy(copy: Any, code: int, index_layouts: frozenset[str] = frozenset(),
+                    written: frozenset[str] = frozenset()) -> tuple[TmaMap | None, str]:
     """The tensor map of a producer ``T.copy`` into a plain row-major shared tile (swizzle ``code`` 0) as one
     ``SWIZZLE_NONE`` box of the whole tile, or (None, why not). A 1-D tile is a box of one row (``LSE[b, h, s0:s0 +
     64]``: box (64, 1, 1) on the map of ``LSE``); a 2-D tile reads the tensor's last dimension and one other. The
@@ -152,6 +189,9 @@ def plan_plain_copy(copy: Any, code: int, index_layouts: frozenset[str] = frozen
                       "aligned tiles; this one on the tile's own offset, rows of any power-of-two width)")
     if t.name in index_layouts:
         return None, f"the shared tile {t.name} has a T.annotate_layout index map (a TMA box is written row-major)"
+    if t.name in written:
+        return None, (f"the loop body writes the shared tile {t.name} (a TMA load into a stage the threads wrote "
+                      "needs a proxy fence the release does not make)")
     gshape = [const_int(x) for x in g.shape]
     if not 1 <= len(gshape) <= MAX_RANK or None in gshape:
         return None, f"{g.name} is not a 1-D to {MAX_RANK}-D tensor of constant shape (TMA's tensor maps)"
