@@ -10,6 +10,7 @@ the GPU twin is tests/gpu/test_gemm_pingpong.py."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,14 @@ def test_ptxas_builds_it_for_sm_90a_without_spills_and_the_sass_has_hgmma_and_th
     assert "BAR.ARV" in sass  # the turn passed (bar.arrive 2 / 3 - wg, 256)
     assert sum("BAR.SYNC" in ln and "0x100" in ln for ln in sass.splitlines()) >= 2  # the turns taken (256)
     assert "USETMAXREG.TRY_ALLOC.CTAPOOL" in sass
+    # ptxas kept the order the overlap needs: the turn passed (bar.arrive of a register barrier id) after the
+    # mainloop's last HGMMA, before the drain's wait and the epilogue's stores
+    lines = sass.splitlines()
+    last_mma = max(i for i, ln in enumerate(lines) if "HGMMA" in ln)
+    passed = next(i for i, ln in enumerate(lines) if re.search(r"BAR\.ARV R\d+, 0x100", ln))
+    drain = next(i for i, ln in enumerate(lines) if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in ln)
+    store = next(i for i, ln in enumerate(lines) if "STG" in ln)
+    assert last_mma < passed < drain < store, (last_mma, passed, drain, store)
 
 
 # -- the CUDA emulator against torch ----------------------------------------------------------------------------
