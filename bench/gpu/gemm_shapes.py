@@ -8,6 +8,7 @@ fill the SMs — all the defaults) for a few tile configs, checks each against `
 ``torch.relu(a @ b)`` (cuBLAS) and Triton's tutorial matmul with ReLU (``triton_ref.py``, autotuned) with the
 clean-L2 timer of ``run.py`` (the headline) and ``triton.testing.do_bench`` beside it. Prints one line per kernel:
 time, TF/s, the ratio to cuBLAS (reference time / ours: above 1 is faster) and to Triton, build time.
+``--pingpong`` adds ``PINGPONG``'s tiles with ``tl.cuda.gemm_pingpong`` at the square shapes (4096³, 8192³).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ SHAPES: dict[tuple[int, int, int], list[tuple[int, int, int, int, int]]] = {  # 
     (128, 8192, 28672): [(128, 256, 64, 4, 256), (128, 128, 64, 4, 256), (128, 128, 64, 5, 128)],
     (16, 8192, 8192): [(64, 128, 128, 4, 128), (64, 64, 128, 4, 128), (64, 256, 64, 4, 128)],
 }
+# --pingpong: the ping-pong schedule (tl.cuda.gemm_pingpong, off by default) at the square shapes: one warpgroup's tile
+PINGPONG = [(128, 128, 64, 4, 128), (128, 128, 64, 5, 128), (128, 192, 64, 4, 128)]
 # grids of fewer blocks than SMs: also with split-K forced (tl.SplitKCUDA splits a wgmma GEMM only when asked)
 SPLITS = {(128, 8192, 28672): (2, 4), (16, 8192, 8192): (2, 4)}
 
@@ -48,6 +51,8 @@ def main() -> None:
     ap.add_argument("--dtypes", nargs="*", default=["float16", "bfloat16"])
     ap.add_argument("--rep", type=int, default=30)
     ap.add_argument("--no-triton", action="store_true")
+    ap.add_argument("--pingpong", action="store_true", help="also the ping-pong schedule (tl.cuda.gemm_pingpong) "
+                    "of PINGPONG's tiles at the square shapes (bench/gpu/gemm_pingpong.py compares it in detail)")
     args = ap.parse_args()
     tri = None
     if not args.no_triton:
@@ -75,11 +80,14 @@ def main() -> None:
                 line += f"  Triton: {t_tri * 1e3:.1f} us clean ({t_ref / t_tri:.2f}x cuBLAS)"
             print(line, flush=True)
             runs = [(c, None) for c in cfgs] + [(c, sk) for c in cfgs for sk in SPLITS.get((M, N, K), ())]
+            if args.pingpong and M == N == K:
+                runs += [(c, "pingpong") for c in PINGPONG]
             for (bm, bn, bk, st, th), sk in runs:
                 t0 = time.perf_counter()
-                label = f"{bm}x{bn}x{bk} s{st} t{th}" + (f" split_k={sk}" if sk else "")
+                pp = sk == "pingpong"
+                label = f"{bm}x{bn}x{bk} s{st} t{th}" + (" gemm_pingpong" if pp else f" split_k={sk}" if sk else "")
                 try:
-                    pc = {"tl.cuda.split_k": sk} if sk else None
+                    pc = {"tl.cuda.gemm_pingpong": True} if pp else {"tl.cuda.split_k": sk} if sk else None
                     k = tilelang.jit(out_idx=[-1], target="cuda", pass_configs=pc)(matmul_relu.factory)(
                         M, N, K, bm, bn, bk, st, th, dt, "float32")
                 except Exception as e:  # noqa: BLE001 - report the config and go on
@@ -90,7 +98,8 @@ def main() -> None:
                 ok = torch.allclose(c.float(), ref.float(), rtol=2e-2, atol=2e-1)
                 t = bench_ms_clean(lambda k=k, a=a, b=b: k(a, b), rep=args.rep)
                 d = do_bench_ms(lambda k=k, a=a, b=b: k(a, b))
-                notes = [n for n in k.notes if "persistent" in n or "split" in n.lower()][:1]
+                notes = [n for n in k.notes if "ping" in n] if pp else \
+                    [n for n in k.notes if "persistent" in n or "split" in n.lower()][:1]
                 tri_s = f"  {t_tri / t:.2f}x Triton" if t_tri else ""
                 print(f"  {label}: {t * 1e3:7.1f} us  {flops / t / 1e9:6.0f} TF/s  "
                       f"{t_ref / t:.2f}x cuBLAS (do_bench {d_ref / d:.2f}x){tri_s}  {'ok' if ok else 'WRONG'}  "
