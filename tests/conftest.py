@@ -50,6 +50,7 @@ XDIST_FIRST: tuple[str, ...] = (
     "test_cuda_emulator_tma.py",
     "test_cuda_dequant_fragments.py",
     "test_cuda_cluster.py",
+    "test_cuda_gemm_pingpong.py",
 )
 XDIST_UNITS = Units(TESTS_DIR, XDIST_GROUPS, XDIST_FIRST)
 
