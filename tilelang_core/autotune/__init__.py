@@ -23,6 +23,7 @@ decorator), :mod:`.db` (the SQLite tuning database), :mod:`.progress` (the tqdm 
 :mod:`.executors` (the interface), :mod:`.local_executor`, :mod:`.ray_executor`, :mod:`.scheduler` (the driver
 loop: retries, early stopping, finalists), :mod:`.tasks` (what workers do), :mod:`.shipping` (compiled kernels as
 bytes), :mod:`.device_info` (GPU name, driver, clocks); :mod:`.spaces` (the sm_90a / sm_80 GEMM tuning spaces),
+:mod:`.attention_space` and :mod:`.dequant_space` (the flash-attention forward's and the dequantising GEMM's),
 :mod:`.defaults` (the shipped best configurations per problem and device, ``data/defaults.json``). Ray is imported
 only when a Ray executor is used.
 """
@@ -36,6 +37,7 @@ from typing import Any
 from .attention_space import attention_space
 from .db import TuningDB, best, default_path
 from .defaults import Default, ShippedDefaultsError, compile_default, default_config
+from .dequant_space import dequant_space
 from .executors import Executor
 from .local_executor import LocalExecutor
 from .measure import MeasurementCancelledError, measure
@@ -60,5 +62,5 @@ sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = ["autotune", "tune", "best", "grid", "parse_space", "default_space", "TuningDB", "TuneResult",
            "AutoTuner", "Measurement", "measure", "kernel_identity", "default_path", "MeasurementCancelledError",
-           "Executor", "LocalExecutor", "RayExecutor", "EarlyStop", "gemm_space", "attention_space", "default_config",
-           "compile_default", "Default", "ShippedDefaultsError"]
+           "Executor", "LocalExecutor", "RayExecutor", "EarlyStop", "gemm_space", "attention_space", "dequant_space",
+           "default_config", "compile_default", "Default", "ShippedDefaultsError"]

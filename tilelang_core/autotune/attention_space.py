@@ -13,13 +13,19 @@ shared memory leaves room for two blocks per SM); the ``full`` level also carrie
 A configuration is a dict of ``block_M``, ``block_N``, ``num_stages``, ``threads`` (the consumer threads) and,
 where it differs from the compiler's choice, ``pass_configs``. ``level="quick"`` keeps tiles of 128 query rows (64
 for short sequences), 2-3 stages and the compiler's own warp-specialisation choice.
+
+``options="hopper"`` (or ``("attention_overlap",)``; sm_90a only, default none) adds a twin with
+``tl.cuda.attention_overlap`` (the softmax under the previous block's ``P V``; off by default, not measured on a
+GPU) of every kept configuration that has a producer warpgroup — the compiler's choice, or forced with
+``tl.cuda.ws_keep_occupancy=False`` (the rule needs the producer's empty barriers; at the quick level too) — except
+one consumer warpgroup at ``dim >= 128``, whose build spills with ``P V`` in flight (docs/cuda.md).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .spaces import SMEM_SLACK, Candidate, _arch, register_budget
+from .spaces import SMEM_SLACK, Candidate, _arch, options_of, register_budget
 from .workers import PASS_CONFIGS
 
 BLOCK_M = (64, 128, 256)
@@ -29,6 +35,8 @@ THREADS = (128, 256)  # one or two consumer warpgroups along M
 LEVELS = ("full", "quick")
 DTYPES = ("float16", "bfloat16")
 KEY_KEEP_OCCUPANCY = "tl.cuda.ws_keep_occupancy"
+KEY_OVERLAP = "tl.cuda.attention_overlap"
+ATTENTION_OPTIONS = ("attention_overlap",)
 # registers of a consumer thread = its share of O, S and P (counted as 32-bit values) + this; calibrated on ptxas:
 # 128 x 64 tiles at d 128 with one warpgroup take 252 registers and no spills, which the sum alone counts as 224
 REGISTER_MARGIN = 0
@@ -48,8 +56,16 @@ def loop_smem(block_M: int, block_N: int, num_stages: int, dim: int, dtype_bytes
     return tile(block_M) + num_stages * 2 * tile(block_N)
 
 
+def _overlap_twin(cfg: dict[str, Any], dim: int) -> Candidate:
+    """``cfg`` (which has a producer warpgroup) with the attention overlap, or why it is not worth timing."""
+    twin = {**cfg, PASS_CONFIGS: {**cfg.get(PASS_CONFIGS, {}), KEY_OVERLAP: True}}
+    if cfg["threads"] == 128 and dim >= 128:
+        return Candidate(twin, "attention_overlap: one consumer warpgroup at d >= 128 spills with P V in flight")
+    return Candidate(twin)
+
+
 def attention_candidates(target: Any = "cuda", *, seq_len: int, dim: int, dtype: str = "float16",
-                         level: str = "full") -> list[Candidate]:
+                         level: str = "full", options: Any = None) -> list[Candidate]:
     """Every point considered for :func:`attention_space`, kept or not, with the reason a dropped one was dropped."""
     from ..backend.cuda.resources import limits_for
 
@@ -65,6 +81,9 @@ def attention_candidates(target: Any = "cuda", *, seq_len: int, dim: int, dtype:
     except ValueError as e:  # the same check as gemm_space's, named for this function
         raise ValueError(str(e).replace("gemm_space", "attention_space")) from None
     hopper = arch.startswith("sm_90") and arch.endswith("a")
+    overlap = "attention_overlap" in options_of(options, ATTENTION_OPTIONS, "attention_space")
+    if overlap and not hopper:
+        raise ValueError(f"attention_space: options are sm_90a's (a producer warpgroup, wgmma), not {arch}'s")
     lim = limits_for(arch.rstrip("a"))
     smem_limit = lim.smem_per_block - SMEM_SLACK
     quick = level == "quick"
@@ -100,19 +119,23 @@ def attention_candidates(target: Any = "cuda", *, seq_len: int, dim: int, dtype:
                         out.append(Candidate(cfg, f"registers: ~{regs} a consumer thread, more than {budget}"))
                         continue
                     out.append(Candidate(cfg))
-                    if hopper and not specialised and not quick and \
-                            regs <= register_budget(threads, True):
-                        out.append(Candidate({**cfg, PASS_CONFIGS: {KEY_KEEP_OCCUPANCY: False}}))
+                    forced = {**cfg, PASS_CONFIGS: {KEY_KEEP_OCCUPANCY: False}}
+                    can_force = hopper and not specialised and regs <= register_budget(threads, True)
+                    if can_force and not quick:
+                        out.append(Candidate(forced))
+                    if overlap and (specialised or can_force):
+                        out.append(_overlap_twin(cfg if specialised else forced, dim))
     return out
 
 
 def attention_space(target: Any = "cuda", *, seq_len: int, dim: int, dtype: str = "float16",
-                    level: str = "full") -> list[dict[str, Any]]:
+                    level: str = "full", options: Any = None) -> list[dict[str, Any]]:
     """The configurations worth timing for the flash-attention forward of sequence length ``seq_len`` and head
     dimension ``dim`` on ``target``'s architecture (see the module docstring), for
-    ``tune(flash_attention, attention_space("cuda", seq_len=4096, dim=128), args=dict(batch=..., ...))``."""
-    return [c.config for c in attention_candidates(target, seq_len=seq_len, dim=dim, dtype=dtype, level=level)
-            if c.kept]
+    ``tune(flash_attention, attention_space("cuda", seq_len=4096, dim=128), args=dict(batch=..., ...))``.
+    ``options="hopper"``: also the ``tl.cuda.attention_overlap`` twins (the module docstring)."""
+    return [c.config for c in attention_candidates(target, seq_len=seq_len, dim=dim, dtype=dtype, level=level,
+                                                   options=options) if c.kept]
 
 
-__all__ = ["attention_space", "attention_candidates", "loop_smem"]
+__all__ = ["attention_space", "attention_candidates", "loop_smem", "ATTENTION_OPTIONS"]

@@ -27,10 +27,17 @@ tuner compiles that configuration with (``tl.disable_warp_specialized``, ``tl.cu
 ``tl.cuda.split_k``; see :func:`~.workers.compile_config`). ``threads`` is the program's thread count: the
 consumer warpgroups (1-3); a warp-specialised kernel launches one producer warpgroup more.
 
-Cluster size is not part of the space: thread-block clusters with TMA multicast for the warp-specialised GEMM exist
-behind ``tl.cuda.cluster`` (docs/cuda.md, "Hopper: clusters and TMA multicast") but have not been measured on a GPU;
-the W4A16 dequantising GEMM's split-K reduction through distributed shared memory (``tl.cuda.split_k_reduce=
-"cluster"``, measured slower on the H200) is not this program's path.
+``options=`` (sm_90a only; default none, so the space is unchanged unless asked) adds the Hopper options that are
+off by default and not yet measured on a GPU, one key per candidate, as twins of the kept configurations where
+the compiler would take the option (predicted from the rule its pass applies; a twin it would refuse is dropped
+with the reason): ``"cluster"`` (``tl.cuda.cluster`` (2, 1) and (1, 2), full level (2, 2) too: warp-specialised,
+not split-K, a grid of at least the cluster's blocks along each axis that the cluster rounds up by at most
+:data:`QUICK_PADDING`, the accumulator within the clustered register split), ``"gemm_pingpong"``
+(``tl.cuda.gemm_pingpong``: ``threads=128``, warp-specialised and persistent, the accumulator within ``setmaxnreg``
+232) and ``"tma_store"`` (``tl.cuda.tma_store``: not split-K, output rows a multiple of 16 bytes, a persistent
+kernel's staging slab fitting beside its ring); ``options="hopper"`` is all three. At ``level="quick"`` only the
+deepest ring's configurations get twins. The W4A16 dequantising GEMM's split-K reduction through distributed
+shared memory (``tl.cuda.split_k_reduce="cluster"``, measured slower on the H200) is not this program's path.
 
 ``level="quick"`` keeps the part of the space worth a short sweep (``bench/gpu/h200_defaults_sweep.py``): K tiles of
 one 128-byte swizzle row (64 fp16/bf16 elements; 128 too for decode-sized M); power-of-two tiles no larger than the
@@ -71,6 +78,13 @@ SM80_THREADS = (128, 256)
 KEY_WS_OFF = "tl.disable_warp_specialized"
 KEY_PERSISTENT = "tl.cuda.persistent"
 KEY_SPLIT_K = "tl.cuda.split_k"
+KEY_CLUSTER = "tl.cuda.cluster"
+KEY_GEMM_PINGPONG = "tl.cuda.gemm_pingpong"
+KEY_TMA_STORE = "tl.cuda.tma_store"
+GEMM_OPTIONS = ("cluster", "gemm_pingpong", "tma_store")  # options=: the sm_90a keys offered as axes
+HOPPER = "hopper"  # options="hopper": every option of the space
+CLUSTERS = ((2, 1), (1, 2))  # both levels; the full level adds (2, 2)
+PINGPONG_CONSUMERS = 256  # a ping-pong block runs two consumer warpgroups of the program's 128 threads
 
 
 @dataclass(frozen=True)
@@ -129,14 +143,15 @@ def smem_bytes(block_M: int, block_N: int, block_K: int, num_stages: int, dtype:
     return num_stages * (block_M * block_K + block_K * block_N) * dtype_bytes(dtype) + SMEM_SLACK
 
 
-def register_budget(threads: int, warp_specialized: bool) -> int:
+def register_budget(threads: int, warp_specialized: bool, clustered: bool = False) -> int:
     """Registers one consumer thread may hold: after ``setmaxnreg`` where the warp-specialisation pass moves them
-    (two or more consumer warpgroups), else the launch's equal share (producer warpgroup included), at most 255."""
+    (two or more consumer warpgroups; ``clustered``: a cluster's producer keeps more), else the launch's equal share
+    (producer warpgroup included), at most 255."""
     from ..transform.cuda.sm90.warp_specialize import PRODUCER_THREADS
     from ..transform.cuda.warp_specialize_cuda import REGISTER_FILE, register_split
 
     if warp_specialized:
-        split = register_split(threads)
+        split = register_split(threads, clustered=clustered)
         if split is not None:
             return split[1]
         total = threads + PRODUCER_THREADS
@@ -155,8 +170,81 @@ def _tile_values(axis: tuple[int, ...], dim: int, quick: bool, floor: int) -> li
     return out
 
 
+def options_of(options: Any, known: tuple[str, ...], caller: str) -> tuple[str, ...]:
+    """The option names ``options`` asks for: ``None``/``()`` none, ``"hopper"`` all of ``known``, a name or an
+    iterable of names (each one of ``known``)."""
+    if options is None:
+        return ()
+    names = (options,) if isinstance(options, str) else tuple(options)
+    if HOPPER in names:
+        return known
+    bad = [n for n in names if n not in known]
+    if bad or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{caller}: options must be {HOPPER!r} or names among {', '.join(map(repr, known))}, "
+                         f"got {options!r}")
+    return tuple(n for n in known if n in names)
+
+
+def _option_twins(options: tuple[str, ...], cfg: dict[str, Any], M: int, N: int, dtype: str, tiles: int,
+                  sms: int, smem_limit: int, quick: bool) -> Iterator[Candidate]:
+    """The twins of a kept sm_90a configuration ``cfg`` with one option key each, or the reason the compiler would
+    refuse it (its pass's rule: see the module docstring)."""
+    from ..transform.cuda.layouts import dtype_bytes, plan_wgmma
+
+    bm, bn, bk, st, threads = (cfg[k] for k in ("block_M", "block_N", "block_K", "num_stages", "threads"))
+    pcs = cfg.get(PASS_CONFIGS, {})
+    ws = not pcs.get(KEY_WS_OFF, False)
+    split = ws and tiles * 2 <= sms and pcs.get(KEY_SPLIT_K, 0) != 1  # tl.SplitKCUDA splits this grid
+    persistent = ws and tiles > sms and pcs.get(KEY_PERSISTENT, 0) != -1
+    acc = bm * bn // threads
+
+    def twin(key: str, value: Any, why: str) -> Candidate:
+        return Candidate({**cfg, PASS_CONFIGS: {**pcs, key: value}}, why)
+
+    if "cluster" in options:
+        grid = (_ceil_div(N, bn), _ceil_div(M, bm))  # blockIdx.x along N, blockIdx.y along M
+        for shape in CLUSTERS + (() if quick else ((2, 2),)):
+            value = list(shape)
+            if not ws:
+                yield twin(KEY_CLUSTER, value, "cluster: no producer warpgroup (multicast needs one)")
+            elif split:
+                yield twin(KEY_CLUSTER, value, "cluster: a split-K grid")
+            elif any(g < c for g, c in zip(grid, shape)):
+                yield twin(KEY_CLUSTER, value, f"cluster: a {grid[0]}x{grid[1]} grid smaller than the cluster")
+            elif any(_ceil_div(g, c) * c > g * (1 + QUICK_PADDING) for g, c in zip(grid, shape)):
+                yield twin(KEY_CLUSTER, value, f"cluster: rounding the {grid[0]}x{grid[1]} grid up to the cluster "
+                                               f"adds more than {QUICK_PADDING:.0%} idle blocks")
+            elif acc + REGISTER_MARGIN > register_budget(threads, True, clustered=True):
+                yield twin(KEY_CLUSTER, value, f"cluster: registers: {acc} accumulators + {REGISTER_MARGIN} > "
+                                               f"{register_budget(threads, True, clustered=True)} per thread")
+            else:
+                yield twin(KEY_CLUSTER, value, "")
+    if "gemm_pingpong" in options:
+        budget = register_budget(PINGPONG_CONSUMERS, True)
+        if threads != 128:
+            yield twin(KEY_GEMM_PINGPONG, True, "gemm_pingpong: threads=128 only (one warpgroup's tile)")
+        elif not persistent:
+            yield twin(KEY_GEMM_PINGPONG, True, "gemm_pingpong: not a persistent warp-specialised kernel")
+        elif acc + REGISTER_MARGIN > budget:
+            yield twin(KEY_GEMM_PINGPONG, True, f"gemm_pingpong: registers: {acc} accumulators + {REGISTER_MARGIN} "
+                                                f"> {budget} per thread")
+        else:
+            yield twin(KEY_GEMM_PINGPONG, True, "")
+    if "tma_store" in options:
+        plan, _why = plan_wgmma(bm, bn, bk, dtype, dtype, "float32", threads, 0, (bm, bk), (bk, bn), False, False)
+        slab = bm * 128 * (plan.warp_n if plan is not None else 1)  # one 128-byte column block per warpgroup column
+        if split:
+            yield twin(KEY_TMA_STORE, True, "tma_store: a split-K epilogue keeps register stores")
+        elif N * dtype_bytes(dtype) % 16:
+            yield twin(KEY_TMA_STORE, True, "tma_store: output rows not a multiple of 16 bytes")
+        elif persistent and smem_bytes(bm, bn, bk, st, dtype) + slab > smem_limit:
+            yield twin(KEY_TMA_STORE, True, f"tma_store: a {slab}-byte staging slab does not fit beside the ring")
+        else:
+            yield twin(KEY_TMA_STORE, True, "")
+
+
 def _sm90_candidates(M: int, N: int, K: int, dtype: str, accum_dtype: str, arch: str,
-                     quick: bool) -> Iterator[Candidate]:
+                     quick: bool, options: tuple[str, ...] = ()) -> Iterator[Candidate]:
     from ..backend.cuda.resources import limits_for
     from ..transform.cuda.layouts import dtype_bytes, plan_wgmma
 
@@ -210,7 +298,10 @@ def _sm90_candidates(M: int, N: int, K: int, dtype: str, accum_dtype: str, arch:
                             if s <= 1 or (k_steps % s == 0 and k_steps // s >= max(st, 2))]
             for extra in variants:
                 pcs = {**cand.get(PASS_CONFIGS, {}), **extra}
-                yield Candidate({**base, PASS_CONFIGS: pcs} if pcs else dict(base))
+                kept = {**base, PASS_CONFIGS: pcs} if pcs else dict(base)
+                yield Candidate(kept)
+                if options and (not quick or st == stages[-1]):
+                    yield from _option_twins(options, kept, M, N, dtype, tiles, sms, limit, quick)
 
 
 def _resources_why(bm: int, bn: int, bk: int, stages: int, dtype: str, acc: int, smem_limit: int,
@@ -251,7 +342,7 @@ def _sm80_candidates(M: int, N: int, K: int, dtype: str, accum_dtype: str, arch:
 
 
 def gemm_candidates(target: Any = "cuda", *, M: int, N: int, K: int, dtype: str = "float16",
-                    accum_dtype: str = "float32", level: str = "full") -> list[Candidate]:
+                    accum_dtype: str = "float32", level: str = "full", options: Any = None) -> list[Candidate]:
     """Every point considered for :func:`gemm_space`, kept or not, with the reason a dropped one was dropped."""
     M, N, K = (_check_dim(n, v) for n, v in (("M", M), ("N", N), ("K", K)))
     if level not in LEVELS:
@@ -264,18 +355,23 @@ def gemm_candidates(target: Any = "cuda", *, M: int, N: int, K: int, dtype: str 
                          f"got {accum_dtype!r}")
     arch = _arch(target)
     quick = level == "quick"
+    names = options_of(options, GEMM_OPTIONS, "gemm_space")
     if arch.startswith("sm_90") and arch.endswith("a"):
-        return list(_sm90_candidates(M, N, K, dtype, accum_dtype, arch, quick))
+        return list(_sm90_candidates(M, N, K, dtype, accum_dtype, arch, quick, names))
+    if names:
+        raise ValueError(f"gemm_space: options {names} are sm_90a's (TMA, wgmma, clusters), not {arch}'s")
     return list(_sm80_candidates(M, N, K, dtype, accum_dtype, arch, quick))
 
 
 def gemm_space(target: Any = "cuda", *, M: int, N: int, K: int, dtype: str = "float16",
                accum_dtype: str = "float32", level: str = "full",
-               names: dict[str, str] | None = None) -> list[dict[str, Any]]:
+               names: dict[str, str] | None = None, options: Any = None) -> list[dict[str, Any]]:
     """The configurations worth timing for a GEMM of ``M x N x K`` on ``target``'s architecture (see the module
     docstring): sm_90a gets the wgmma space (1-3 consumer warpgroups, with and without the producer warpgroup,
     persistent or not, split-K for small grids), sm_80-sm_89 and a plain sm_90 the mma.sync space. ``names`` maps
     the space's argument names to the factory's (``{"block_M": "BLOCK_M"}``); ``pass_configs`` is never renamed.
+    ``options``: ``"hopper"`` or some of ``"cluster"``, ``"gemm_pingpong"``, ``"tma_store"`` (sm_90a) also
+    offers those keys, each where the compiler would apply it (the module docstring); default none.
 
     ``gemm_space("cuda", M=4096, N=4096, K=4096, dtype="float16", level="quick")`` -> ``[{"block_M": 128, ...}]``,
     ready for ``tune(matmul_relu, configs, args=dict(M=4096, N=4096, K=4096, dtype="float16"), target="cuda")``.
@@ -286,7 +382,7 @@ def gemm_space(target: Any = "cuda", *, M: int, N: int, K: int, dtype: str = "fl
         raise ValueError(f"gemm_space: names may rename block_M, block_N, block_K, num_stages, threads; got "
                          f"{sorted(unknown)}")
     kept = [c.config for c in gemm_candidates(target, M=M, N=N, K=K, dtype=dtype, accum_dtype=accum_dtype,
-                                              level=level) if c.kept]
+                                              level=level, options=options) if c.kept]
     return [{rename.get(k, k): v for k, v in c.items()} for c in kept]
 
 
@@ -300,4 +396,4 @@ def summary(candidates: list[Candidate]) -> dict[str, int]:
 
 
 __all__ = ["gemm_space", "gemm_candidates", "Candidate", "summary", "smem_bytes", "register_budget", "sms_of",
-           "PASS_CONFIGS", "REGISTER_MARGIN", "SMEM_SLACK"]
+           "options_of", "PASS_CONFIGS", "REGISTER_MARGIN", "SMEM_SLACK", "GEMM_OPTIONS", "HOPPER"]

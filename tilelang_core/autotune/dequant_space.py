@@ -1,0 +1,108 @@
+"""The tuning space of the dequantising GEMM (``C = A @ dequant(B)^T``, the weight decode an ordinary ``T.Parallel``
+nest: ``bench/gpu/dequant_variants.py``'s programs) on NVIDIA GPUs: its tiles and the compiler options of issue 17
+that are off by default and not yet measured on a GPU.
+
+Why this module exists: those options are not factory arguments but ``pass_configs``, and which of them a kernel
+can take depends on its tile:
+
+* ``tl.cuda.dequant_fragments`` (B fragments computed in registers from the decode nest) is a rule over an
+  ``mma.sync`` gemm whose warps form one row along M (else every warp row would decode the same fragments): the
+  decode tiles, not the prefill's; on sm_80, and on sm_90a as long as the written tile keeps mma.sync;
+* ``tl.cuda.wgmma_written_tiles`` (the written B tile on wgmma) needs a tile wgmma takes (64 rows per warpgroup:
+  not the decode's 16);
+* ``tl.cuda.tma_plain_tiles`` (the packed weight tile, a plain uint8/int8 tile, as a TMA box) changes only a loop
+  whose loads become TMA, i.e. one that fills a wgmma tile, so it comes with ``wgmma_written_tiles``, with and
+  without the producer warpgroup (``tl.disable_warp_specialized``: the register split ptxas ignores there, C7508);
+  the latter only where the compiler would specialise (the loop's shared memory, counted with ``weight_bits`` per
+  packed weight, leaves room for one block per SM).
+
+The fragments and wgmma are alternatives for the same gemm, never combined. Tiles (the bench's, so the sweep starts
+from what was measured): decode (``M <= 16``) 16 x 128 x ``block_K`` on 128 threads, 4 stages (3 too); prefill
+128 x 64 x ``min(block_K, 128)`` on 256 threads, 3 stages (2 too). Without ``options`` the space is those tiles
+only; ``options="hopper"`` (or some of ``"dequant_fragments"``, ``"wgmma_written_tiles"``, ``"tma_plain_tiles"``)
+adds the keys' twins; on sm_80 only the fragments apply.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .spaces import Candidate, _arch, _check_dim, options_of
+from .workers import PASS_CONFIGS
+
+DEQUANT_OPTIONS = ("dequant_fragments", "wgmma_written_tiles", "tma_plain_tiles")
+KEY_FRAGMENTS = "tl.cuda.dequant_fragments"
+KEY_WRITTEN = "tl.cuda.wgmma_written_tiles"
+KEY_PLAIN_TILES = "tl.cuda.tma_plain_tiles"
+KEY_WS_OFF = "tl.disable_warp_specialized"
+DECODE_MAX_M = 16
+
+
+def dequant_tiles(M: int, block_K: int) -> list[dict[str, int]]:
+    """The tiles of the space for ``M`` rows and the program's ``block_K`` (the module docstring)."""
+    if M <= DECODE_MAX_M:
+        return [{"block_M": 16, "block_N": 128, "block_K": block_K, "num_stages": s, "threads": 128} for s in (4, 3)]
+    return [{"block_M": 128, "block_N": 64, "block_K": min(block_K, 128), "num_stages": s, "threads": 256}
+            for s in (3, 2)]
+
+
+def loop_smem(tile: dict[str, int], weight_bits: int, dtype_bytes: int = 2) -> int:
+    """Bytes of shared memory of the program's loop: ``num_stages`` A tiles and packed B tiles, one decoded B tile."""
+    bm, bn, bk, st = (tile[k] for k in ("block_M", "block_N", "block_K", "num_stages"))
+    return st * (bm * bk * dtype_bytes + bn * bk * weight_bits // 8) + bn * bk * dtype_bytes
+
+
+def dequant_candidates(target: Any = "cuda", *, M: int, N: int, K: int, block_K: int = 256, weight_bits: int = 4,
+                       options: Any = None) -> list[Candidate]:
+    """Every point considered for :func:`dequant_space`, kept or not, with the reason a dropped one was dropped."""
+    M, N, K, block_K = (_check_dim(n, v) for n, v in (("M", M), ("N", N), ("K", K), ("block_K", block_K)))
+    if weight_bits not in (4, 8):
+        raise ValueError(f"dequant_space: weight_bits must be 4 (int4, fp4) or 8 (int8), got {weight_bits!r}")
+    try:
+        arch = _arch(target)
+        names = options_of(options, DEQUANT_OPTIONS, "dequant_space")
+    except ValueError as e:
+        raise ValueError(str(e).replace("gemm_space", "dequant_space")) from None
+    from ..backend.cuda.resources import limits_for
+
+    hopper = arch.startswith("sm_90") and arch.endswith("a")
+    lim = limits_for(arch.rstrip("a"))
+    out: list[Candidate] = []
+    for tile in dequant_tiles(M, block_K):
+        out.append(Candidate(dict(tile)))
+        if "dequant_fragments" in names:
+            frag = {**tile, PASS_CONFIGS: {KEY_FRAGMENTS: True}}
+            rows = tile["block_M"] // 16  # mma.sync's 16-row steps: more than one is more than one warp row
+            out.append(Candidate(frag, "" if rows == 1 else f"dequant_fragments: {rows} warp rows along M would "
+                                                          "each decode the same B fragments"))
+        specialised = lim.smem_per_sm // (loop_smem(tile, weight_bits) + lim.smem_reserved_per_block) < 2
+        wgmma = [{KEY_WRITTEN: True}] if "wgmma_written_tiles" in names else []
+        if "tma_plain_tiles" in names:
+            wgmma += [{KEY_WRITTEN: True, KEY_PLAIN_TILES: True},
+                      {KEY_WRITTEN: True, KEY_PLAIN_TILES: True, KEY_WS_OFF: True}]
+        for pcs in wgmma:
+            cfg = {**tile, PASS_CONFIGS: pcs}
+            if not hopper:
+                out.append(Candidate(cfg, f"wgmma: {arch} has no wgmma or TMA"))
+            elif tile["block_M"] < 64 or tile["threads"] % 128:
+                out.append(Candidate(cfg, f"wgmma: a {tile['block_M']}-row tile on {tile['threads']} threads "
+                                          "(wgmma needs 64 rows per warpgroup)"))
+            elif KEY_WS_OFF in pcs and not specialised:
+                out.append(Candidate(cfg, "warp specialisation: the compiler does not specialise this loop (room "
+                                          "for two blocks per SM), so the key changes nothing"))
+            else:
+                out.append(Candidate(cfg))
+    return out
+
+
+def dequant_space(target: Any = "cuda", *, M: int, N: int, K: int, block_K: int = 256, weight_bits: int = 4,
+                  options: Any = None) -> list[dict[str, Any]]:
+    """The configurations worth timing for a dequantising GEMM of ``M x N x K`` whose program decodes ``block_K``
+    weights per step (``weight_bits`` each: 4 for int4/fp4, 8 for int8), for ``program(variant, M, N, K, **cfg)``
+    of ``bench/gpu/dequant_variants.py`` (its ``pass_configs`` given to the compile):
+    ``dequant_space("cuda", M=128, N=8192, K=28672, options="hopper")``."""
+    return [c.config for c in dequant_candidates(target, M=M, N=N, K=K, block_K=block_K, weight_bits=weight_bits,
+                                                 options=options) if c.kept]
+
+
+__all__ = ["dequant_space", "dequant_candidates", "dequant_tiles", "loop_smem", "DEQUANT_OPTIONS"]
