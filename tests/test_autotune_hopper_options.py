@@ -291,3 +291,25 @@ def test_a_shipped_default_with_a_twins_pass_configs_is_compiled_with_them(tmp_p
     assert kernel.pass_configs.explicit() == {"tl.cuda.cluster": (2, 1, 1), "tl.cuda.split_k": 1}
     assert any(n.startswith("cluster: 2x1 blocks") for n in kernel.notes), kernel.notes
     assert "__cluster_dims__(2, 1, 1)" in kernel.get_kernel_source()
+
+
+# -- the GPU session's sweep --------------------------------------------------------------------------------------
+
+def test_the_defaults_sweeps_options_flag_puts_the_twins_in_its_space(tmp_path, monkeypatch):
+    import importlib.util
+
+    monkeypatch.setenv("TILELANG_CORE_CACHE_DIR", str(tmp_path))
+    path = ROOT / "bench" / "gpu" / "h200_defaults_sweep.py"
+    spec = importlib.util.spec_from_file_location("h200_defaults_sweep", path)
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    prob = {"M": 4096, "N": 4096, "K": 256, "dtype": "float16", "accum_dtype": "float32"}
+    assert sweep.space_for(prob, "quick", ["hopper"]) == gemm_space("cuda", **GEMM, level="quick", options="hopper")
+    assert sweep.space_for(prob, "quick", []) == gemm_space("cuda", **GEMM, level="quick")
+    log = tmp_path / "dry.log"
+    assert sweep.main(["--dry-run", "--dry-configs", "0", "--shapes", "4096x4096x256", "--dtypes", "float16",
+                       "--options", "hopper", "--log", str(log)]) == 0
+    kept = len(gemm_space("cuda", **GEMM, level="quick", options="hopper"))
+    assert f"4096x4096x256 float16: {kept} configs" in log.read_text() and "cluster" in log.read_text()
+    assert sweep.label({"block_M": 128, "block_N": 128, "block_K": 64, "num_stages": 4, "threads": 128,
+                        PASS_CONFIGS: {"tl.cuda.cluster": [2, 1]}}) == "128x128x64 s4 t128 [cluster 2x1]"

@@ -7,7 +7,9 @@ run, by the tuner the users have. For each dtype and shape (4096^3, 8192^3, 128x
 
 1. takes ``gemm_space("cuda", M=..., N=..., K=..., dtype=..., level="quick")`` (tiles, stages, 1-3 consumer
    warpgroups with and without the producer warpgroup, persistent on/off, split-K for the small grids; 25-70
-   configurations a problem, see ``--dry-run``);
+   configurations a problem, see ``--dry-run``); ``--options hopper`` (or some of ``cluster``, ``gemm_pingpong``,
+   ``tma_store``) adds the sm_90a keys that are off by default and not yet measured, each where the compiler takes
+   it (``gemm_space(options=...)``, docs/tuning.md: about twice as many configurations: raise ``--budget``);
 2. sweeps it with ``tune(tilelang_core.quickstart.matmul_relu, ..., executor=LocalExecutor(...))``: compile
    processes (NVRTC/nvcc) beside one timing process on the GPU, each configuration checked against
    ``torch.relu(a @ b)`` (rtol 2e-2, atol 2e-1, as bench/gpu/gemm_shapes.py) and timed with the profiler's CUDA-event
@@ -23,7 +25,8 @@ compile time — is printed and written to the log. With ``$OUT`` set (the devic
 the defaults file are written there so they come back; commit the file as tilelang_core/autotune/data/defaults.json.
 
     PYTHONPATH=/tmp/site python3 bench/gpu/h200_defaults_sweep.py [--dtypes float16 bfloat16]
-        [--shapes 4096x4096x4096 ...] [--level quick|full] [--budget 230] [--workers N] [--db F] [--out F]
+        [--shapes 4096x4096x4096 ...] [--level quick|full] [--options hopper] [--budget 230] [--workers N]
+        [--db F] [--out F]
     python bench/gpu/h200_defaults_sweep.py --dry-run [--dry-configs 2]   # no GPU: space sizes, compile 2 configs
     python bench/gpu/h200_defaults_sweep.py --dry-run --dry-all-forms     # ... one config of every form (~70)
 
@@ -65,8 +68,13 @@ def label(config: dict[str, Any]) -> str:
     """``128x256x64 s4 t256 [ws off, persistent -1, split_k 2]``."""
     pcs = config.get("pass_configs") or {}
     names = {"tl.disable_warp_specialized": "ws off", "tl.cuda.persistent": "persistent",
-             "tl.cuda.split_k": "split_k"}
-    extra = ", ".join(names.get(k, k) + ("" if v is True else f" {v}") for k, v in sorted(pcs.items()))
+             "tl.cuda.split_k": "split_k", "tl.cuda.cluster": "cluster", "tl.cuda.gemm_pingpong": "pingpong",
+             "tl.cuda.tma_store": "tma store"}
+
+    def value(v: Any) -> str:
+        return "" if v is True else " " + ("x".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v))
+
+    extra = ", ".join(names.get(k, k) + value(v) for k, v in sorted(pcs.items()))
     text = (f"{config['block_M']}x{config['block_N']}x{config['block_K']} s{config['num_stages']} "
             f"t{config['threads']}")
     return text + (f" [{extra}]" if extra else "")
@@ -83,10 +91,11 @@ def problems(shapes: list[tuple[int, int, int]], dtypes: list[str]) -> list[dict
     return [problem(M, N, K, dt) for dt in dtypes for (M, N, K) in shapes]
 
 
-def space_for(prob: dict[str, Any], level: str) -> list[dict[str, Any]]:
+def space_for(prob: dict[str, Any], level: str, options: list[str] | None = None) -> list[dict[str, Any]]:
     from tilelang_core.autotune import gemm_space
 
-    return gemm_space("cuda", M=prob["M"], N=prob["N"], K=prob["K"], dtype=prob["dtype"], level=level)
+    return gemm_space("cuda", M=prob["M"], N=prob["N"], K=prob["K"], dtype=prob["dtype"], level=level,
+                      options=options or None)
 
 
 class Log:
@@ -140,7 +149,7 @@ def dry_run(args: argparse.Namespace, probs: list[dict[str, Any]], log: Log) -> 
     total = 0
     for prob in probs:
         counts = summary(gemm_candidates("cuda", M=prob["M"], N=prob["N"], K=prob["K"], dtype=prob["dtype"],
-                                         level=args.level))
+                                         level=args.level, options=args.options or None))
         total += counts["kept"]
         dropped = ", ".join(f"{k} {v}" for k, v in counts.items() if k != "kept")
         log(f"{prob['M']}x{prob['N']}x{prob['K']} {prob['dtype']}: {counts['kept']} configs (dropped: {dropped})")
@@ -149,7 +158,7 @@ def dry_run(args: argparse.Namespace, probs: list[dict[str, Any]], log: Log) -> 
     jobs: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for prob in probs if args.dry_all_forms else probs[:1]:
         forms: dict[str, dict[str, Any]] = {}  # one configuration per (threads, pass_configs)
-        for c in space_for(prob, args.level):
+        for c in space_for(prob, args.level, args.options):
             forms.setdefault(f"{c['threads']} {json.dumps(c.get('pass_configs', {}), sort_keys=True)}", c)
         picks = list(forms.values())
         if not args.dry_all_forms:
@@ -253,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
     p.add_argument("--shapes", nargs="+", type=parse_shape, default=list(SHAPES), help="MxNxK ...")
     p.add_argument("--level", choices=("quick", "full"), default="quick")
+    p.add_argument("--options", nargs="*", default=[], choices=("hopper", "cluster", "gemm_pingpong", "tma_store"),
+                   help="also sweep these sm_90a keys (off by default, not measured): gemm_space(options=...)")
     p.add_argument("--budget", type=float, default=230.0, help="seconds; later problems are skipped past it")
     p.add_argument("--workers", type=int, default=None, help="compile processes (default: one per core)")
     p.add_argument("--warmup", type=float, default=10.0, help="ms of warm-up per configuration (tuner timer)")
@@ -280,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
 def run_sweep(args: argparse.Namespace, log: Log) -> int:
     probs = problems(args.shapes, args.dtypes)
     log(f"h200_defaults_sweep {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} commit {git_commit()} "
-        f"level {args.level}{' (dry run)' if args.dry_run else ''}")
+        f"level {args.level}{f' options {args.options}' if args.options else ''}"
+        f"{' (dry run)' if args.dry_run else ''}")
     if args.dry_run:
         return dry_run(args, probs, log)
 
@@ -307,7 +319,7 @@ def run_sweep(args: argparse.Namespace, log: Log) -> int:
         if time.perf_counter() - t_start > args.budget:
             skipped.append(name)
             continue
-        configs = space_for(prob, args.level)
+        configs = space_for(prob, args.level, args.options)
         log(f"\n{name}: {len(configs)} configs")
         t0 = time.perf_counter()
         try:
@@ -331,6 +343,7 @@ def run_sweep(args: argparse.Namespace, log: Log) -> int:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     out = emit(db, done, args.out, arch, {"commit": git_commit(), "device": facts.name, "driver": facts.driver,
                                           "script": "bench/gpu/h200_defaults_sweep.py", "level": args.level,
+                                          "options": list(args.options),
                                           "timer": "clean-L2 (bench/gpu/run.py bench_ms_clean)"})
     log(f"\nwrote {out} ({len(done)} problems; database {args.db}; log {args.log}); "
         f"{time.perf_counter() - t_start:.0f} s in all")
