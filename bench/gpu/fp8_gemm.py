@@ -70,6 +70,12 @@ CONFIGS = [  # block_M, block_N, block_K, stages, threads (block_K = 128: one 12
 ]
 VARIANTS = [("default", None), ("no-ws", {"tl.disable_warp_specialized": True}),
             ("cp.async", {"tl.disable_tma_lower": True})]
+# --hopper: the sm_90a options that are off by default until measured (docs/cuda.md), each timed only where the
+# kernel took it (the marker in its source); elsewhere its note says why
+HOPPER = [("cluster2x1", {"tl.cuda.cluster": (2, 1)}, "__cluster_dims__"),
+          ("cluster1x2", {"tl.cuda.cluster": (1, 2)}, "__cluster_dims__"),
+          ("pingpong", {"tl.cuda.gemm_pingpong": True}, "pingpong_wait"),
+          ("tma-store", {"tl.cuda.tma_store": True}, "tma_store_")]
 
 
 def _cuobjdump() -> str | None:
@@ -103,6 +109,8 @@ def main() -> None:
     ap.add_argument("--rep", type=int, default=30)
     ap.add_argument("--panels", type=int, nargs="*", default=[8, 16], help="T.use_swizzle panels (0 = plain)")
     ap.add_argument("--variants", action="store_true", help="also the cp.async pass_configs variant")
+    ap.add_argument("--hopper", action="store_true", help="also tl.cuda.cluster (2x1, 1x2), tl.cuda.gemm_pingpong "
+                    "and tl.cuda.tma_store, each where the kernel takes it")
     args = ap.parse_args()
     M, N, K = args.size
     out_dt = {"bfloat16": torch.bfloat16, "float16": torch.float16}[args.out]
@@ -122,11 +130,13 @@ def main() -> None:
     ref = scaled_mm().float()
     t_ref = bench_ms_clean(scaled_mm, rep=args.rep)
     print(f"torch._scaled_mm: {t_ref:.3f} ms  {flops / t_ref / 1e9:.1f} TF/s", flush=True)
-    variants = VARIANTS if args.variants else VARIANTS[:2]
+    variants = [(label, pc, None) for label, pc in (VARIANTS if args.variants else VARIANTS[:2])]
+    if args.hopper:
+        variants += HOPPER
     best = None
     for bm, bn, bk, st, th in CONFIGS:
         for panel in [0, *[p for p in args.panels if p]]:
-            for label, pc in variants:
+            for label, pc, marker in variants:
                 name = f"{bm}x{bn}x{bk} s{st} t{th}" + (f" swz{panel}" if panel else "") + f" {label}"
                 t0 = time.perf_counter()
                 try:
@@ -136,6 +146,9 @@ def main() -> None:
                     print(f"  {name}: COMPILE FAILED {str(e)[:300]}", flush=True)
                     continue
                 build = time.perf_counter() - t0
+                if marker is not None and marker not in k.get_kernel_source():
+                    print(f"  {name}: not applied; the kernel's notes: {'; '.join(k.notes)[:400]}", flush=True)
+                    continue
                 c = k(a, b).float()
                 err = ((c - ref).abs().max() / ref.abs().max()).item()
                 ok = err < 2e-2
