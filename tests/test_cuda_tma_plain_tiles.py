@@ -267,10 +267,12 @@ def _lse_delta(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tens
     return lse, (o.half().float() * do.float()).sum(-1).transpose(1, 2).contiguous()
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_emulated_tma_backward_matches_torch_autograd(causal):
+@pytest.mark.parametrize("causal,ws", [(False, False), (True, False), (False, True)])
+def test_emulated_tma_backward_matches_torch_autograd(causal, ws):
     # seq 100: two key blocks and two query tiles, the second ragged (LSE's box zero-filled past 100); d = 16 keeps
-    # the emulation short
+    # the emulation short. ws: a producer warpgroup forced (tl.cuda.ws_keep_occupancy=False; by the occupancy rule
+    # the backward keeps the TMA loop without one)
+    cfg = {**PLAIN, "tl.cuda.ws_keep_occupancy": False} if ws else PLAIN
     b, h, s, d = 1, 1, 100, 16
     g = torch.Generator().manual_seed(11)
     q, k, v, do = (torch.randn(b, s, h, d, generator=g).half() for _ in range(4))
@@ -278,8 +280,9 @@ def test_emulated_tma_backward_matches_torch_autograd(causal):
     dq = torch.zeros(b, s, h, d)
     dk, dv_ = torch.full((b, s, h, d), float("nan")).half(), torch.full((b, s, h, d), float("nan")).half()
     func = _bwd(s, d, causal, b, h)
-    assert "tl::cp_async" not in _lowered(func, PLAIN).script()
-    Emulator(func, "sm_90a", PLAIN).run([q, k, v, do, lse, delta, dq, dk, dv_])
+    text = _lowered(func, cfg).script()
+    assert "tl::cp_async" not in text and ("kk_load" in text) == ws
+    Emulator(func, "sm_90a", cfg).run([q, k, v, do, lse, delta, dq, dk, dv_])
     for name, got, want in zip(("dq", "dk", "dv"), (dq, dk, dv_), reference_grads(q.float(), k.float(), v.float(),
                                                                                 do.float(), causal)):
         assert is_close_fraction(got.float(), want, 2e-2, 2e-2) == 0.0, (name, (got.float() - want).abs().max())
