@@ -313,3 +313,15 @@ def test_the_defaults_sweeps_options_flag_puts_the_twins_in_its_space(tmp_path, 
     assert f"4096x4096x256 float16: {kept} configs" in log.read_text() and "cluster" in log.read_text()
     assert sweep.label({"block_M": 128, "block_N": 128, "block_K": 64, "num_stages": 4, "threads": 128,
                         PASS_CONFIGS: {"tl.cuda.cluster": [2, 1]}}) == "128x128x64 s4 t128 [cluster 2x1]"
+
+
+def test_the_dequant_benchs_space_flag_runs_every_config_of_the_dequant_space():
+    for v in (dequant_variants.VARIANTS[0], next(v for v in dequant_variants.VARIANTS if v.fmt == "int8")):
+        for M, N, K in ((16, 8192, 8192), (128, 8192, 28672)):
+            runs = dequant_variants.space_runs(v, M, N, K, {"tl.cuda.split_k": 1})
+            space = dequant_space("cuda", M=M, N=N, K=K, block_K=v.block_k, weight_bits=8 if v.fmt == "int8" else 4,
+                                  options="hopper")
+            assert [{**t, **({PASS_CONFIGS: {k: x for k, x in p.items() if k != "tl.cuda.split_k"}}
+                             if len(p) > 1 else {})} for _tag, p, t in runs] == space
+            assert all(p["tl.cuda.split_k"] == 1 for _tag, p, _t in runs)  # the command line's keys stay
+            assert len({tag for tag, _p, _t in runs}) == len(runs)

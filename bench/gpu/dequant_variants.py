@@ -11,7 +11,7 @@ headline) and with ``triton.testing.do_bench``. It also prints which mechanisms 
 ``gemm_dq4``, split-K's workspace reduce) and the compiler's notes, so a slow variant says why.
 
     python3 bench/gpu/dequant_variants.py [--log out.txt] [--only bf16 bk64] [--shapes 16x8192x8192]
-        [--pass-config tl.cuda.split_k=4 ...] [--no-split-baseline] [--fragments]
+        [--pass-config tl.cuda.split_k=4 ...] [--no-split-baseline] [--fragments] [--space]
 
 Kernels of the generic path that tl.SplitKCUDA split are timed again with ``tl.cuda.split_k=1`` (what split-K
 buys), unless ``--no-split-baseline``.
@@ -19,6 +19,12 @@ buys), unless ``--no-split-baseline``.
 ``--fragments`` also checks and times every variant with ``tl.cuda.dequant_fragments=True`` (the general producer
 fusion: B fragments computed in registers from the decode nest, no decoded shared tile; the row gets the tag
 " fragments"), so one run gives both columns.
+
+``--space`` checks and times, per variant and shape, every configuration of
+``tilelang_core.autotune.dequant_space(..., options="hopper")`` instead: the bench's tile at two stage counts, each
+also with the keys of issue 17 that are off by default (``tl.cuda.dequant_fragments`` for decode tiles,
+``tl.cuda.wgmma_written_tiles`` with and without ``tl.cuda.tma_plain_tiles`` for prefill tiles); the row's tag
+names the stages and keys.
 
 Without a GPU, ``--source DIR`` writes each variant's generated CUDA C (and ptxas's register counts) to DIR.
 """
@@ -219,8 +225,8 @@ def reference(v: Variant, A: torch.Tensor, *weights: torch.Tensor) -> torch.Tens
 
 
 def compile_variant(v: Variant, M: int, N: int, K: int, pass_configs: dict[str, Any] | None = None,
-                    target: str = "cuda") -> Any:
-    func = program(v, M, N, K, **tiles(M, v))
+                    target: str = "cuda", tile: dict[str, int] | None = None) -> Any:
+    func = program(v, M, N, K, **(tile or tiles(M, v)))
     return tilelang.compile(func, out_idx=[-1], target=target, pass_configs=pass_configs,
                             name=f"dq_{v.name}", config={"M": M, "N": N, "K": K})
 
@@ -236,8 +242,23 @@ def mechanisms(kernel: Any) -> str:
     return f"grid {grid}, {', '.join(used) or 'plain'}"
 
 
+def space_runs(v: Variant, M: int, N: int, K: int, pass_configs: dict[str, Any]) -> list[tuple[str, dict, dict]]:
+    """``--space``: (tag, pass_configs, tile) for every configuration of ``dequant_space(..., options="hopper")``
+    (the bench's tiles and stages, each with the issue-17 keys where the compiler takes them)."""
+    from tilelang_core.autotune import dequant_space
+
+    runs = []
+    for c in dequant_space("cuda", M=M, N=N, K=K, block_K=v.block_k, weight_bits=8 if v.fmt == "int8" else 4,
+                           options="hopper"):
+        c = dict(c)
+        pcs = c.pop("pass_configs", {})
+        keys = ",".join(k.rsplit(".", 1)[-1] for k in sorted(pcs))
+        runs.append((f" s{c['num_stages']}" + (f" {keys}" if keys else ""), {**pass_configs, **pcs}, c))
+    return runs
+
+
 def run_gpu(names: list[str] | None, shapes: list[tuple[int, int, int]], pass_configs: dict[str, Any],
-            out: list[str], split_baseline: bool = True, fragments: bool = False) -> None:
+            out: list[str], split_baseline: bool = True, fragments: bool = False, space: bool = False) -> None:
     from run import bench_ms, bench_ms_clean
 
     for M, N, K in shapes:
@@ -251,12 +272,14 @@ def run_gpu(names: list[str] | None, shapes: list[tuple[int, int, int]], pass_co
                 continue
             args = inputs(v, M, N, K)
             ref = reference(v, args[0], *args[1:])
-            runs = [("", pass_configs)]
+            runs: list[tuple[str, dict, dict | None]] = [("", pass_configs, None)]
             if fragments:  # the general producer fusion (tl.DequantFragmentsCUDA) beside the default path
-                runs.append((" fragments", {**pass_configs, "tl.cuda.dequant_fragments": True}))
-            for tag, cfg in runs:
+                runs.append((" fragments", {**pass_configs, "tl.cuda.dequant_fragments": True}, None))
+            if space:  # the tuning space's configurations (the first is the bench's own tile)
+                runs = space_runs(v, M, N, K, pass_configs)
+            for tag, cfg, tile in runs:
                 try:
-                    kernel = compile_variant(v, M, N, K, cfg)
+                    kernel = compile_variant(v, M, N, K, cfg, tile=tile)
                 except Exception as e:  # noqa: BLE001 (a variant that does not compile is a row of the table)
                     out.append(f"  {v.name + tag:24} COMPILE FAILED: {type(e).__name__}: {str(e).splitlines()[0]}")
                     continue
@@ -272,7 +295,7 @@ def run_gpu(names: list[str] | None, shapes: list[tuple[int, int, int]], pass_co
                 split = kernel.artifact.extra["cuda"].get("grid", [1, 1, 1])[2] > 1
                 if (split_baseline and not tag and split and "gemm_dq4" not in kernel.get_kernel_source()
                         and "tl.cuda.split_k" not in cfg):  # what tl.SplitKCUDA buys: the same without it
-                    runs.append((" split_k=1", {**cfg, "tl.cuda.split_k": 1}))
+                    runs.append((tag + " split_k=1", {**cfg, "tl.cuda.split_k": 1}, tile))
 
 
 def write_sources(dest: Path, names: list[str] | None, shapes: list[tuple[int, int, int]],
@@ -311,6 +334,9 @@ def main() -> None:
     ap.add_argument("--source", help="no GPU: write the generated CUDA C of each variant under this folder")
     ap.add_argument("--fragments", action="store_true", help="also check and time each variant with pass_configs "
                     "tl.cuda.dequant_fragments=True (B fragments computed in registers from the decode nest)")
+    ap.add_argument("--space", action="store_true", help="check and time every configuration of "
+                    "tilelang_core.autotune.dequant_space(options='hopper') instead (tiles, stages and the keys "
+                    "tl.cuda.dequant_fragments / wgmma_written_tiles / tma_plain_tiles where they apply)")
     ap.add_argument("--no-split-baseline", action="store_true", help="do not also time split kernels of the "
                     "generic path with pass_configs tl.cuda.split_k=1")
     args = ap.parse_args()
@@ -321,7 +347,7 @@ def main() -> None:
         return
     out: list[str] = [f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, pass_configs {cfg}"]
     try:
-        run_gpu(args.only, shapes, cfg, out, not args.no_split_baseline, args.fragments)
+        run_gpu(args.only, shapes, cfg, out, not args.no_split_baseline, args.fragments, args.space)
     finally:
         text = "\n".join(out)
         print(text)
