@@ -325,3 +325,14 @@ def test_the_dequant_benchs_space_flag_runs_every_config_of_the_dequant_space():
                              if len(p) > 1 else {})} for _tag, p, t in runs] == space
             assert all(p["tl.cuda.split_k"] == 1 for _tag, p, _t in runs)  # the command line's keys stay
             assert len({tag for tag, _p, _t in runs}) == len(runs)
+
+
+def test_the_attention_benchs_space_flag_runs_every_config_of_the_attention_space():
+    import attention_fwd
+
+    for (_b, _h, S, D, _causal) in attention_fwd.SHAPES:
+        runs = attention_fwd.space_runs(S, D, "float16")
+        space = attention_space("cuda", seq_len=S, dim=D, options="hopper")
+        assert [(dict(zip(("block_M", "block_N", "num_stages", "threads"), c)), p) for c, (_s, p) in runs] == \
+            [({k: v for k, v in c.items() if k != PASS_CONFIGS}, c.get(PASS_CONFIGS)) for c in space]
+        assert any("overlap" in s for _c, (s, _p) in runs)

@@ -10,8 +10,10 @@ as TMA boxes fed by a producer warpgroup) for a few tile configs; with ``--mma-t
 with the producer warpgroup forced), without the producer warpgroup (``tl.disable_warp_specialized``) and without TMA
 (``tl.disable_tma_lower``: cp.async). Each kernel is checked against SDPA (max |error| printed; one off by more
 than 2e-2 is not timed) and timed, with SDPA (its backend printed) and Triton (``triton_attn.py``; fp16 only), by
-the clean-L2 timer of ``run.py`` (the headline) and ``triton.testing.do_bench`` beside it. Ratios are reference
-time / ours (above 1: faster than the reference).
+the clean-L2 timer of ``run.py`` (the headline) and ``triton.testing.do_bench`` beside it. ``--space`` times
+every configuration of ``tilelang_core.autotune.attention_space(..., options="hopper")`` instead of the fixed
+configs (tiles, stages, warpgroups, the producer warpgroup forced, and ``tl.cuda.attention_overlap`` twins).
+Ratios are reference time / ours (above 1: faster than the reference).
 """
 
 from __future__ import annotations
@@ -60,6 +62,20 @@ def sdpa_backend(dtype: torch.dtype) -> str:
     return "MATH"
 
 
+def space_runs(S: int, D: int, dt: str) -> list[tuple[tuple[int, int, int, int], tuple[str, dict | None]]]:
+    """``--space``: every configuration of ``attention_space(options="hopper")`` for sequence ``S``, head dim ``D``
+    (tiles, stages, warpgroups, the producer warpgroup forced, ``tl.cuda.attention_overlap`` where it applies)."""
+    from tilelang_core.autotune import attention_space
+
+    names = {"tl.cuda.attention_overlap": "overlap", "tl.cuda.ws_keep_occupancy": "WS forced"}
+    runs = []
+    for c in attention_space("cuda", seq_len=S, dim=D, dtype=dt, options="hopper"):
+        pcs = c.get("pass_configs")
+        suffix = f" {', '.join(names.get(k, k) for k in sorted(pcs))}" if pcs else ""
+        runs.append(((c["block_M"], c["block_N"], c["num_stages"], c["threads"]), (suffix, pcs)))
+    return runs
+
+
 def bench_shape(dt: str, key: tuple[int, int, int, int, bool], cfgs: list[tuple[int, int, int, int]],
                 args: argparse.Namespace, tri: Any) -> None:
     """One shape and dtype: SDPA and Triton, then each config (wgmma, and off with --mma-too), checked first."""
@@ -92,6 +108,8 @@ def bench_shape(dt: str, key: tuple[int, int, int, int, bool], cfgs: list[tuple[
                      (" pingpong", {"tl.cuda.pingpong": True}), (" no WS", {"tl.disable_warp_specialized": True}),
                      (" cp.async", {"tl.disable_tma_lower": True})]
     runs = [(c, v) for v in variants for c in cfgs]
+    if args.space:  # the tuning space instead of the fixed configs
+        runs = space_runs(S, D, dt)
     for (bm, bn, st, th), (suffix, pcfg) in runs:
         label = f"{bm}x{bn} s{st} t{th}{suffix}"
         t0 = time.perf_counter()
@@ -136,6 +154,9 @@ def main() -> None:
     ap.add_argument("--mma-too", action="store_true", help="also time each config with tl.cuda.wgmma off")
     ap.add_argument("--variants", action="store_true",
                     help="also time each config with ping-pong, without the producer warpgroup, and with cp.async")
+    ap.add_argument("--space", action="store_true", help="time every config of tilelang_core.autotune."
+                    "attention_space(options='hopper') instead of the fixed ones (with tl.cuda.attention_overlap "
+                    "twins where it applies)")
     ap.add_argument("--no-triton", action="store_true")
     ap.add_argument("--only", nargs="*", default=None, help="shape indices (0, 1, 2) to run")
     args = ap.parse_args()
