@@ -57,6 +57,7 @@ class PassConfigKey:
     TL_CUDA_TMA_STORE = "tl.cuda.tma_store"
     TL_CUDA_TMA_PLAIN_TILES = "tl.cuda.tma_plain_tiles"
     TL_CUDA_DEQUANT_FRAGMENTS = "tl.cuda.dequant_fragments"
+    TL_CUDA_DEQUANT_FRAGMENTS_DIRECT = "tl.cuda.dequant_fragments_direct"
     TL_CUDA_WGMMA_WRITTEN_TILES = "tl.cuda.wgmma_written_tiles"
     TL_CUDA_CLUSTER = "tl.cuda.cluster"
 
@@ -203,6 +204,10 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "thread computes its B fragments from the nest's expression in registers, the tile is not materialised "
            "(tl.DequantFragmentsCUDA; the recogniser tl.FuseDequantGemmCUDA is then not run); off until measured on "
            "a GPU"),
+    Option(K.TL_CUDA_DEQUANT_FRAGMENTS_DIRECT, "bool", False, "CUDA, with tl.cuda.dequant_fragments: a packed tile "
+           "the fused nest reads that is only a whole-tile T.copy of global memory is not staged in shared memory: "
+           "each lane loads its packed run straight from the global tensor (bounds-guarded, zeros outside, as the "
+           "copy was); off until measured on a GPU"),
     Option(K.TL_CUDA_COMPILER, "choice", "auto", "CUDA: what turns CUDA C into a cubin: 'nvcc', 'nvrtc' (the CUDA "
            "Python bindings) or 'auto' (nvcc when found, else NVRTC)", choices=("auto", "nvcc", "nvrtc")),
 ]}

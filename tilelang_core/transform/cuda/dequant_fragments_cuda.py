@@ -54,7 +54,7 @@ from tvm import tirx
 from ...language._ir import dtype_of
 from ...language.loops import PARALLEL_ATTR
 from ..common.notes import add_notes, at_line
-from ..common.regions import in_bounds_conds, is_global
+from ..common.regions import Region, in_bounds_conds, is_global
 from ..common.rewriter import Rewriter, and_all, const_int, new_var, seq, tile_op_name
 from .common import (
     count_uses,
@@ -217,8 +217,10 @@ class DequantFragmentsCUDA(Rewriter):
 
     pass_name = "tl.DequantFragmentsCUDA"
 
-    def __init__(self, func: tirx.PrimFunc) -> None:
+    def __init__(self, func: tirx.PrimFunc, direct: bool = False) -> None:
         super().__init__()
+        self.direct = direct
+        self.dropped: list[Any] = []  # the T.copy statements of packed tiles now read from global memory (direct)
         self.layouts = layouts_of(func)
         self.locals = locals_of(func)
         self.swizzle = swizzles_of(func)
@@ -237,6 +239,7 @@ class DequantFragmentsCUDA(Rewriter):
         i = 0
         while i < len(stmts):
             if i + 1 < len(stmts):
+                self.prior = stmts[:i]
                 got = self.try_pair(stmts[i], stmts[i + 1])
                 if got is not None:
                     out.append(got)
@@ -244,6 +247,7 @@ class DequantFragmentsCUDA(Rewriter):
                     continue
             out.append(stmts[i])
             i += 1
+        out = [x for x in out if not any(x.same_as(c) for c in self.dropped)] or [tirx.Evaluate(0)]
         return tirx.SeqStmt(out, span=s.span) if len(out) > 1 else out[0]
 
     def _no(self, why: str) -> None:
@@ -321,8 +325,73 @@ class DequantFragmentsCUDA(Rewriter):
                 return self._no(f"the nest reads {src.name} at an index that is itself loaded")
         if _impure(value):
             return self._no("the nest calls something other than a pure operator")
+        if self.direct:
+            got = self.direct_reads(nest, got, gemm)
         n_var, k_var = (vs[0], vs[1]) if ops["tb"] else (vs[1], vs[0])
         return self.emit(gemm, ops, lay, got, n_var, k_var)
+
+    def direct_reads(self, nest: Any, got: NestValue, gemm: Any) -> NestValue:
+        """``tl.cuda.dequant_fragments_direct``: the nest's reads of each shared tile that is only a staging copy of
+        global memory (filled by a whole-tile ``T.copy`` earlier in the same statement list, used by that copy and
+        this nest alone) become reads of the global tensor at the copy's region; the copy and the tile go. A tile
+        that does not qualify stays (a note says why)."""
+        sub: dict[Any, tuple[Any, list[Any]]] = {}
+        for ld in loads_in(got.value):
+            P = ld.source
+            if not is_shared(P) or any(P.same_as(x) for x in sub):
+                continue
+            copy = next((st for st in reversed(self.prior) if isinstance(st, tirx.Evaluate)
+                         and tile_op_name(st) == "tl.copy" and Region.of(st.value.args[1]).buffer.same_as(P)), None)
+            if copy is None:
+                continue
+            src, dst = Region.of(copy.value.args[0]), Region.of(copy.value.args[1])
+            shape = [const_int(x) for x in P.shape]
+            why = None
+            if not is_global(src.buffer):
+                why = f"{P.name} is not copied from a global tensor"
+            elif [const_int(x) for x in dst.mins] != [0] * len(shape) or \
+                    [const_int(x) for x in dst.extents] != shape or [const_int(x) for x in src.extents] != shape:
+                why = f"the T.copy into {P.name} is not a whole tile of the same shape as its global region"
+            elif str(src.buffer.dtype) != str(P.dtype):
+                why = f"the T.copy into {P.name} converts {src.buffer.dtype} to {P.dtype}"
+            elif self.uses.get(P, 0) != count_uses(copy).get(P, 0) + count_uses(nest).get(P, 0):
+                why = f"{P.name} is read by statements besides this nest"
+            if why is not None:
+                self.notes.append(f"{at_line(gemm)}tl.cuda.dequant_fragments_direct: {P.name} stays in shared memory "
+                                  f"(cp.async staging): {why}")
+                continue
+            sub[P] = (src.buffer, list(src.mins))
+            self.dropped.append(copy)
+            self.removed.append(P)
+        if not sub:
+            return got
+
+        def to_global(ld: Any) -> Any:
+            for P, (G, mins) in sub.items():
+                if ld.source.same_as(P):
+                    return tirx.BufferLoad(G, [self.ana.simplify(m + i) for m, i in zip(mins, ld.indices)])
+            return ld
+
+        def rw(e: Any) -> Any:
+            return tvm_ffi.structural_map(e, [(tvm.ir.TensorLoad, to_global)])
+
+        return NestValue(got.store, rw(got.value), [(v, rw(x)) for v, x in got.lets], rw(got.raw))
+
+    def vector_load(self, arr: Any, src: Any, idx: list[Any], dst: Any, lanes: int) -> Any:
+        """``arr[dst] = src[idx]`` (``lanes`` wide); from a global tensor bounds-guarded as the T.copy was (zeros
+        outside: the run is aligned to its vector and the tensor's last extent a multiple of it, so the vector is
+        wholly inside or outside)."""
+        store = tirx.BufferStore(arr, tirx.BufferLoad(src, idx), [dst])
+        if not is_global(src):
+            return store
+        first = [i.base if isinstance(i, tirx.Ramp) else i for i in idx]
+        conds = in_bounds_conds(src, first, self.ana)
+        if not conds:
+            return store
+        zero: Any = tirx.const(0, str(src.dtype))
+        if lanes > 1:
+            zero = tirx.Broadcast(zero, lanes)
+        return tirx.IfThenElse(and_all(conds), store, tirx.BufferStore(arr, zero, [dst]))
 
     # -- emission ------------------------------------------------------------------------------------------
     def emit(self, gemm: Any, ops: dict[str, Any], lay: Any, nv: NestValue, n_var: Any, k_var: Any) -> Any:
@@ -346,6 +415,7 @@ class DequantFragmentsCUDA(Rewriter):
         a_ptr = tirx.address_of(tirx.BufferLoad(a.buffer, list(a.mins)))
         b_ptr = tirx.address_of(tirx.BufferLoad(bfrag, [zero]))
         c_ptr = tirx.address_of(tirx.BufferLoad(acc, [zero]))
+        head: list[Any] = []  # direct: every group's staging loads first, so they are all in flight before the mmas
         u = new_var("dq_u")
         d = None  # the pair distance of the k permutation (include/tl/gemm_frag.cuh), chosen on the first group
         for g in range(K // (4 * ch)):
@@ -356,7 +426,10 @@ class DequantFragmentsCUDA(Rewriter):
                 self.bind_loop(u, zero, tirx.IntImm("int32", ch))
                 sub = {n_var: n, k_var: jb + u}
                 rep, pre = self.stage(self.ana.simplify(substitute(nv.value, sub)), u, ch, f"{g}_{ni}")
-                stmts += pre
+                if self.direct:
+                    head += pre
+                else:
+                    stmts += pre
                 lets = []
                 for var, val in nv.lets:
                     arr = tirx.decl_buffer((ch,), dtype_of(var), f"dq_{var.name}_{g}_{ni}", scope="local")
@@ -382,7 +455,7 @@ class DequantFragmentsCUDA(Rewriter):
                 name = f"tl::gemm_rb_step<{M}, {N}, {K}, {lay.warp_m}, {lay.warp_n}, {swa}, {ch}, {kk}, {d}>"
                 stmts.append(extern(name, a_ptr, b_ptr, c_ptr))
         self.removed.append(ops["b"].buffer)
-        return seq(stmts, gemm.span)
+        return seq(head + stmts, gemm.span)
 
     def paired(self, elems: list[tuple[list[Any], Any]], t: int, e: int, d: int) -> Any:
         """Elements ``e`` and ``e + 1`` of step ``t`` as one ``float16x2`` value (fragment_pairs.py), or None."""
@@ -414,7 +487,7 @@ class DequantFragmentsCUDA(Rewriter):
             if any(tvm_ffi.structural_equal(ld, x) for x, _, _ in staged):
                 continue
             kind = self.run_kind(ld, u, ch)
-            if kind is None or (is_global(ld.source) and kind != 0):
+            if kind is None or (is_global(ld.source) and kind != 0 and not self.direct):
                 continue
             n = 1 if kind == 0 else ch // kind
             arr = tirx.decl_buffer((n,), dtype_of(ld), f"dq_{ld.source.name}_{tag}", scope="local")
@@ -430,7 +503,7 @@ class DequantFragmentsCUDA(Rewriter):
                     if lanes > 1:
                         idx[-1] = tirx.Ramp(idx[-1], tirx.IntImm("int32", 1), lanes)
                         dst = tirx.Ramp(dst, tirx.IntImm("int32", 1), lanes)
-                    pre.append(tirx.BufferStore(arr, tirx.BufferLoad(ld.source, idx), [dst]))
+                    pre.append(self.vector_load(arr, ld.source, idx, dst, lanes))
             staged.append((ld, arr, kind))
 
         def from_array(ld: Any) -> Any:
@@ -477,9 +550,10 @@ class DequantFragmentsCUDA(Rewriter):
         return tirx.if_then_else(and_all(conds), ld, tirx.const(0, dtype_of(ld))) if conds else ld
 
 
-def dequant_fragments_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """Run the pass (see the module doc): replaced B tiles lose their allocation; notes say why a pair was not."""
-    pass_ = DequantFragmentsCUDA(func)
+def dequant_fragments_cuda(func: tirx.PrimFunc, direct: bool = False) -> tirx.PrimFunc:
+    """Run the pass (see the module doc): replaced B tiles lose their allocation; notes say why a pair was not.
+    ``direct`` (``tl.cuda.dequant_fragments_direct``): packed tiles that only stage global memory are read from it."""
+    pass_ = DequantFragmentsCUDA(func, direct)
     out = pass_.run(func)
     notes = pass_.notes
     if not pass_.removed and not notes:

@@ -1,0 +1,140 @@
+"""Packed weights read straight from global memory by the fragment decode (tl.cuda.dequant_fragments_direct).
+
+With ``pass_configs={"tl.cuda.dequant_fragments": True, "tl.cuda.dequant_fragments_direct": True}`` the packed
+tile ``B_p`` of a dequant GEMM (bench/gpu/dequant_variants.py) is not staged through shared memory by cp.async:
+its T.copy and its allocation go, and each lane loads its 16-byte packed run of the K step from the global tensor
+(bounds-guarded: zeros past the tensor, as the copy's zero fill), evict-first (``__ldcs``: tl.cuda.streaming_loads).
+Checked here: the variants against torch through tests/cuda_emulator.py (fp16 high nibble first, bf16, the zero
+point with groups of 128 and a ragged N, int8, block_K 64 and 256, split-K); the generated code (no ``B_p``, no
+cp.async of the weights, shared memory = A's stages only, no spills, global loads of the weights in the SASS and
+no shared stores); a note where the tile is read by something else; the option off by default and in the key."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import tilelang_core as tilelang
+from tilelang_core.backend.cuda import codegen, find_nvcc
+from tilelang_core.pass_config import resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT / "bench" / "gpu"))
+
+import dequant_variants as dv  # noqa: E402
+from cuda_emulator import emulate  # noqa: E402
+
+DIRECT = {"tl.cuda.dequant_fragments": True, "tl.cuda.dequant_fragments_direct": True}
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found: the CUDA compile tests need it")
+
+
+def variant(name: str) -> dv.Variant:
+    return next(v for v in dv.VARIANTS if v.name == name)
+
+
+def factory(v: dv.Variant, block_N: int = 64):
+    @tilelang.jit(out_idx=[-1])
+    def prog(M, N, K):
+        return dv.program(v, M, N, K, **{**dv.tiles(M, v), "block_N": block_N})
+
+    return prog
+
+
+# (variant, M, N, K, extra pass_configs)
+CASES = [
+    ("hi_first", 16, 64, 512, {}),
+    ("bf16", 16, 64, 512, {}),
+    ("zp_g128", 16, 96, 256, {}),  # zero point, groups of 128, ragged N: the second block's rows 32.. read zeros
+    ("int8", 16, 64, 512, {}),
+    ("bk64", 16, 64, 256, {}),
+    ("example_bk256", 16, 64, 512, {}),
+]
+
+
+@pytest.mark.parametrize("name,M,N,K,extra", CASES, ids=[c[0] for c in CASES])
+def test_weights_read_from_global_memory_match_torch_in_the_emulator(name, M, N, K, extra):
+    v = variant(name)
+    args = dv.inputs(v, M, N, K, device="cpu", seed=5)
+    (C,) = emulate(factory(v), (M, N, K), {}, args, arch="sm_90a", pass_configs={**DIRECT, **extra})
+    ref = dv.reference(v, args[0], *args[1:])
+    assert not torch.isnan(C).any()
+    rtol = 1e-2 if v.dtype == "bfloat16" else 2e-3
+    torch.testing.assert_close(C.double(), ref, rtol=rtol, atol=rtol * ref.abs().max().item())
+
+
+@needs_nvcc
+def test_no_shared_tile_of_packed_weights_and_global_loads_in_the_sass():
+    v = variant("hi_first")
+    kernel = dv.compile_variant(v, 16, 1024, 1024, DIRECT, target={"kind": "cuda", "arch": "sm_90a"})
+    src = kernel.get_kernel_source()
+    assert not re.search(r"\bB_p\b", src)  # no shared packed tile: only the lanes' register runs (dq_B_p_*)
+    assert "B_s" not in src and src.count("tl::gemm_rb_step<") == 16
+    assert "__ldcs(" in src  # evict-first: the weights are read once
+    res = kernel.resources()
+    assert res.dynamic_smem == 4 * 16 * 256 * 2  # the stages of A only
+    assert res.spill_stores == 0 and res.spill_loads == 0 and not res.warnings
+    from tilelang_core.trace.model import find_disassembler
+
+    if find_disassembler() is None:
+        return
+    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9.]*)", kernel.get_kernel_source("sass"))
+    assert not [o for o in ops if o.startswith("STS")]
+    assert not [o for o in ops if o.startswith("LDSM")]
+    assert sum(o.startswith("LDG.E.EF.64") or o.startswith("LDG.E.EF.128") for o in ops) >= 8
+    # cp.async remains for A only: 16 rows x 512 bytes per stage = 4 x 16-byte copies per thread
+    assert sum(o.startswith("LDGSTS") for o in ops) == 16
+
+
+@needs_nvcc
+def test_split_k_shares_read_their_own_k_range_from_global_memory():
+    # (the emulator has no tl::splitk_global_reduce yet: the split kernel is checked as generated code only)
+    v = variant("hi_first")
+    kernel = dv.compile_variant(v, 16, 1024, 8192, {**DIRECT, "tl.cuda.split_k": 2},
+                                target={"kind": "cuda", "arch": "sm_90a"})
+    src = kernel.get_kernel_source()
+    assert "tl::splitk_global_reduce<" in src
+    # share z runs K tiles 16 z .. 16 z + 15; the weight loads index the rows with k itself (k * 128 bytes)
+    assert "for (int k = (((int)blockIdx.z) * 16); k < ((((int)blockIdx.z) * 16) + 16); ++k)" in src
+    loads = [x for x in src.splitlines() if re.search(r"dq_B_\d+_\d+_ptr \+ \d+\) = ", x)]
+    assert len(loads) == 16 and all("(k * 128)" in x for x in loads)
+    # (the streaming rewrite does not mark B here: its indices do not name blockIdx.z; see docs/cuda.md)
+    assert not re.search(r"\bB_p\b", src)
+    res = kernel.resources()
+    assert res.dynamic_smem == 4 * 16 * 256 * 2 and res.spill_stores == 0
+
+
+def test_a_packed_tile_read_elsewhere_stays_in_shared_memory_with_a_note():
+    import tilelang_core.language as T
+    from tilelang_core.transform.common.notes import read_notes
+
+    @T.prim_func
+    def main(A: T.Tensor((16, 256), "float16"), B: T.Tensor((64, 128), "uint8"), C: T.Tensor((16, 64), "float16"),
+             D: T.Tensor((64, 128), "uint8")):
+        with T.Kernel(1, threads=128) as _bx:
+            A_s = T.alloc_shared((16, 256), "float16")
+            B_p = T.alloc_shared((64, 128), "uint8")
+            B_s = T.alloc_shared((64, 256), "float16")
+            C_f = T.alloc_fragment((16, 64), "float32")
+            T.clear(C_f)
+            T.copy(A[0, 0], A_s)
+            T.copy(B[0, 0], B_p)
+            for i, j in T.Parallel(64, 256):
+                B_s[i, j] = T.Cast("float16", ((B_p[i, j // 2] >> (4 * (j % 2))) & 15) - 8)
+            T.gemm(A_s, B_s, C_f, transpose_B=True)
+            T.copy(B_p, D[0, 0])
+            T.copy(C_f, C[0, 0])
+
+    notes = read_notes(codegen.lower(main, None, "sm_90a", DIRECT)["main"])
+    assert any("dequant_fragments_direct: B_p stays in shared memory" in n and "besides this nest" in n
+               for n in notes), notes
+
+
+def test_the_option_is_off_by_default_and_part_of_the_cache_key():
+    assert resolve(None)["tl.cuda.dequant_fragments_direct"] is False
+    on = {"tl.cuda.dequant_fragments": True}
+    assert resolve(DIRECT).key() != resolve(on).key()
