@@ -647,6 +647,20 @@ class Emulator:
             return
         if fname == "printf":
             return
+        if fname == "tl::ldg_cs16":  # include/tl/gemm_frag.cuh: 16 bytes from global memory, zeros when not pred
+            dst, src = self.pointer(args[0], th), self.pointer(args[1], th)
+            out = dst.storage.view("uint8")
+            at = dst.elem * np.dtype(_STORAGE[dst.dtype]).itemsize
+            if self.scalar(args[2], th):
+                inp, frm = src.storage.view("uint8"), src.elem * np.dtype(_STORAGE[src.dtype]).itemsize
+                if frm % 16 or not 0 <= frm <= len(inp) - 16:
+                    self.problem(f"tl::ldg_cs16 at byte {frm} of {src.storage.name} ({len(inp)} bytes, 16-aligned)")
+                self._track_bytes(src.storage, th, np.arange(frm, frm + 16), write=False)
+                out[at:at + 16] = inp[frm:frm + 16]
+            else:
+                out[at:at + 16] = 0
+            self._track_bytes(dst.storage, th, np.arange(at, at + 16), write=True)
+            return
         if fname == "atomicAdd":  # T.atomic_add: read-modify-write of one element (an atomic is never a race)
             ptr = self.pointer(args[0], th)
             if ptr.dtype == "bfloat16":

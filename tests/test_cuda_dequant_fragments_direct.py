@@ -3,7 +3,7 @@
 With ``pass_configs={"tl.cuda.dequant_fragments": True, "tl.cuda.dequant_fragments_direct": True}`` the packed
 tile ``B_p`` of a dequant GEMM (bench/gpu/dequant_variants.py) is not staged through shared memory by cp.async:
 its T.copy and its allocation go, and each lane loads its 16-byte packed run of the K step from the global tensor
-(bounds-guarded: zeros past the tensor, as the copy's zero fill), evict-first (``__ldcs``: tl.cuda.streaming_loads).
+(bounds-guarded: zeros past the tensor, as the copy's zero fill), evict-first (``tl::ldg_cs16``: ld.global.cs.v4).
 Checked here: the variants against torch through tests/cuda_emulator.py (fp16 high nibble first, bf16, the zero
 point with groups of 128 and a ragged N, int8, block_K 64 and 256, split-K); the generated code (no ``B_p``, no
 cp.async of the weights, shared memory = A's stages only, no spills, global loads of the weights in the SASS and
@@ -67,14 +67,28 @@ def test_weights_read_from_global_memory_match_torch_in_the_emulator(name, M, N,
     torch.testing.assert_close(C.double(), ref, rtol=rtol, atol=rtol * ref.abs().max().item())
 
 
+def _k_loop(sass: str) -> list[str]:
+    """The opcodes of the K loop: the longest backward branch's body that holds an HMMA."""
+    ins = [(int(a, 16), op, rest) for a, op, rest in
+           re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9.]*)([^;]*);", sass)]
+    best: list[str] = []
+    for addr, op, rest in ins:
+        m = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
+        if m and int(m[1], 16) < addr:
+            body = [o for a, o, _ in ins if int(m[1], 16) <= a <= addr]
+            if any(o.startswith("HMMA") for o in body) and len(body) > len(best):
+                best = body
+    return best
+
+
 @needs_nvcc
-def test_no_shared_tile_of_packed_weights_and_global_loads_in_the_sass():
-    v = variant("hi_first")
-    kernel = dv.compile_variant(v, 16, 1024, 1024, DIRECT, target={"kind": "cuda", "arch": "sm_90a"})
+def test_no_shared_tile_of_packed_weights_and_128_bit_evict_first_global_loads_in_the_sass():
+    v = variant("hi_first")  # the bench's decode shape (split-K: grid 64 x 2)
+    kernel = dv.compile_variant(v, 16, 8192, 8192, DIRECT, target={"kind": "cuda", "arch": "sm_90a"})
     src = kernel.get_kernel_source()
-    assert not re.search(r"\bB_p\b", src)  # no shared packed tile: only the lanes' register runs (dq_B_p_*)
+    assert not re.search(r"\bB_p\b", src)  # no shared packed tile: only the lanes' register runs (dq_B_*)
     assert "B_s" not in src and src.count("tl::gemm_rb_step<") == 16
-    assert "__ldcs(" in src  # evict-first: the weights are read once
+    assert src.count("tl::ldg_cs16(") == 8  # 4 n atoms x 2 groups of k-steps: one 16-byte run each
     res = kernel.resources()
     assert res.dynamic_smem == 4 * 16 * 256 * 2  # the stages of A only
     assert res.spill_stores == 0 and res.spill_loads == 0 and not res.warnings
@@ -82,12 +96,11 @@ def test_no_shared_tile_of_packed_weights_and_global_loads_in_the_sass():
 
     if find_disassembler() is None:
         return
-    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9.]*)", kernel.get_kernel_source("sass"))
-    assert not [o for o in ops if o.startswith("STS")]
-    assert not [o for o in ops if o.startswith("LDSM")]
-    assert sum(o.startswith("LDG.E.EF.64") or o.startswith("LDG.E.EF.128") for o in ops) >= 8
-    # cp.async remains for A only: 16 rows x 512 bytes per stage = 4 x 16-byte copies per thread
-    assert sum(o.startswith("LDGSTS") for o in ops) == 16
+    ops = _k_loop(kernel.get_kernel_source("sass"))  # one K step (the STS after the loop: split-K's reduce)
+    assert sum(o.startswith("HMMA.16816.F32") for o in ops) == 64
+    assert not [o for o in ops if o.startswith(("STS", "LDSM"))]  # the weights never touch shared memory
+    assert sum(o == "LDG.E.EF.128" for o in ops) == 8  # ld.global.cs.v4: evict-first, 16 bytes per lane and run
+    assert sum(o.startswith("LDGSTS") for o in ops) == 4  # cp.async for A only: 16 rows x 512 bytes / 128 threads
 
 
 @needs_nvcc
@@ -100,9 +113,8 @@ def test_split_k_shares_read_their_own_k_range_from_global_memory():
     assert "tl::splitk_global_reduce<" in src
     # share z runs K tiles 16 z .. 16 z + 15; the weight loads index the rows with k itself (k * 128 bytes)
     assert "for (int k = (((int)blockIdx.z) * 16); k < ((((int)blockIdx.z) * 16) + 16); ++k)" in src
-    loads = [x for x in src.splitlines() if re.search(r"dq_B_\d+_\d+_ptr \+ \d+\) = ", x)]
-    assert len(loads) == 16 and all("(k * 128)" in x for x in loads)
-    # (the streaming rewrite does not mark B here: its indices do not name blockIdx.z; see docs/cuda.md)
+    loads = [x for x in src.splitlines() if "tl::ldg_cs16(" in x]
+    assert len(loads) == 8 and all("(k * 128)" in x for x in loads)
     assert not re.search(r"\bB_p\b", src)
     res = kernel.resources()
     assert res.dynamic_smem == 4 * 16 * 256 * 2 and res.spill_stores == 0

@@ -377,6 +377,22 @@ class DequantFragmentsCUDA(Rewriter):
 
         return NestValue(got.store, rw(got.value), [(v, rw(x)) for v, x in got.lets], rw(got.raw))
 
+    def whole_16(self, ld: Any, u: Any, n: int) -> bool:
+        """The run of ``n`` elements of ``ld`` is whole 16-byte chunks of its tensor, each 16-byte aligned."""
+        chunk = 16 // dtype_bytes(dtype_of(ld))
+        last = const_int(ld.source.shape[-1])
+        base = self.ana.simplify(substitute(ld.indices[-1], {u: tirx.IntImm("int32", 0)}))
+        return n % chunk == 0 and last is not None and last % chunk == 0 and \
+            self.prove(tirx.EQ(tirx.floormod(base, chunk), 0))
+
+    def ldg16(self, arr: Any, at: int, src: Any, idx: list[Any]) -> Any:
+        """``tl::ldg_cs16``: 16 bytes of ``src`` from ``idx`` into ``arr[at:]``, one evict-first 128-bit global load
+        (zeros where the chunk is outside the tensor, as the T.copy's zero fill: it is wholly in or out)."""
+        conds = in_bounds_conds(src, idx, self.ana)
+        pred = tirx.Cast("int32", and_all(conds)) if conds else tirx.IntImm("int32", 1)
+        return extern("tl::ldg_cs16", tirx.address_of(tirx.BufferLoad(arr, [tirx.IntImm("int32", at)])),
+                      tirx.address_of(tirx.BufferLoad(src, idx)), pred)
+
     def vector_load(self, arr: Any, src: Any, idx: list[Any], dst: Any, lanes: int) -> Any:
         """``arr[dst] = src[idx]`` (``lanes`` wide); from a global tensor bounds-guarded as the T.copy was (zeros
         outside: the run is aligned to its vector and the tensor's last extent a multiple of it, so the vector is
@@ -494,6 +510,12 @@ class DequantFragmentsCUDA(Rewriter):
             pre.append(tirx.AllocBuffer(arr))
             if kind == 0:
                 pre.append(tirx.BufferStore(arr, self.guard(substitute(ld, {u: zero})), [zero]))
+            elif self.direct and is_global(ld.source) and self.whole_16(ld, u, n):
+                chunk = 16 // dtype_bytes(dtype_of(ld))
+                for p in range(n // chunk):
+                    idx = [self.ana.simplify(substitute(i, {u: tirx.IntImm("int32", p * chunk * kind)}))
+                           for i in ld.indices]
+                    pre.append(self.ldg16(arr, p * chunk, ld.source, idx))
             else:
                 lanes = _lanes(dtype_of(ld), n)
                 for p in range(n // lanes):

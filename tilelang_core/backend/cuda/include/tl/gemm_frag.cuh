@@ -34,6 +34,15 @@ __device__ __forceinline__ unsigned lop3(unsigned a, unsigned b, unsigned c) {
   return d;
 }
 
+// 16 bytes of a lane's packed run straight from global memory (tl.cuda.dequant_fragments_direct), evict-first
+// (ld.global.cs: the weights are read once), zeros where pred is false (past the tensor, as the T.copy's zero fill).
+// src is 16-byte aligned (the pass proves it); dst is the lane's register array.
+__device__ __forceinline__ void ldg_cs16(void* dst, const void* src, int pred) {
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  if (pred) v = __ldcs(reinterpret_cast<const uint4*>(src));
+  *reinterpret_cast<uint4*>(dst) = v;
+}
+
 template <int M, int N, int K, int WARP_M, int WARP_N, int SWZ_A, int CH, int KK, int D, typename T>
 __device__ __forceinline__ void gemm_rb_step(const T* A, const T* bfrag, float* C) {
   constexpr int WM = M / WARP_M, WN = N / WARP_N;
