@@ -19,6 +19,9 @@ buys), unless ``--no-split-baseline``.
 ``--fragments`` also checks and times every variant with ``tl.cuda.dequant_fragments=True`` (the general producer
 fusion: B fragments computed in registers from the decode nest, no decoded shared tile; the row gets the tag
 " fragments"), so one run gives both columns.
+Adding ``--pass-config tl.cuda.dequant_fragments_direct=True`` makes those rows read the packed weights straight
+from global memory (no shared staging of the packed tile; docs/cuda.md, "Producer fusion"); the key has no effect
+on the other rows.
 
 ``--space`` checks and times, per variant and shape, every configuration of
 ``tilelang_core.autotune.dequant_space(..., options="hopper")`` instead: the bench's tile at two stage counts, each
