@@ -146,6 +146,35 @@ def test_a_packed_tile_read_elsewhere_stays_in_shared_memory_with_a_note():
                for n in notes), notes
 
 
+def test_a_packed_tile_whose_tensor_is_accessed_before_the_nest_stays_in_shared_memory_with_a_note():
+    import tilelang_core.language as T
+    from tilelang_core.transform.common.notes import read_notes
+
+    @T.prim_func
+    def main(A: T.Tensor((16, 256), "float16"), B: T.Tensor((64, 128), "uint8"), C: T.Tensor((16, 64), "float16"),
+             D: T.Tensor((64, 128), "uint8")):
+        with T.Kernel(1, threads=128) as _bx:
+            A_s = T.alloc_shared((16, 256), "float16")
+            B_p = T.alloc_shared((64, 128), "uint8")
+            B_c = T.alloc_shared((64, 128), "uint8")
+            B_s = T.alloc_shared((64, 256), "float16")
+            C_f = T.alloc_fragment((16, 64), "float32")
+            T.clear(C_f)
+            T.copy(B[0, 0], B_p)
+            T.copy(B[0, 0], B_c)
+            T.copy(A[0, 0], A_s)
+            for i, j in T.Parallel(64, 256):
+                B_s[i, j] = T.Cast("float16", ((B_p[i, j // 2] >> (4 * (j % 2))) & 15) - 8)
+            T.gemm(A_s, B_s, C_f, transpose_B=True)
+            T.copy(B_c, D[0, 0])
+            T.copy(C_f, C[0, 0])
+
+    lowered = codegen.lower(main, None, "sm_90a", DIRECT)["main"]
+    notes = read_notes(lowered)
+    assert any("B_p stays in shared memory" in n and "B is accessed between" in n for n in notes), notes
+    assert "gemm_rb_step" in str(lowered)  # the fragments still apply; only the staging copy stays
+
+
 def test_the_option_is_off_by_default_and_part_of_the_cache_key():
     assert resolve(None)["tl.cuda.dequant_fragments_direct"] is False
     on = {"tl.cuda.dequant_fragments": True}

@@ -57,6 +57,7 @@ from ..common.notes import add_notes, at_line
 from ..common.regions import Region, in_bounds_conds, is_global
 from ..common.rewriter import Rewriter, and_all, const_int, new_var, seq, tile_op_name
 from .common import (
+    buffers_touched,
     count_uses,
     extern,
     find_thread_var,
@@ -356,6 +357,9 @@ class DequantFragmentsCUDA(Rewriter):
                 why = f"the T.copy into {P.name} converts {src.buffer.dtype} to {P.dtype}"
             elif self.uses.get(P, 0) != count_uses(copy).get(P, 0) + count_uses(nest).get(P, 0):
                 why = f"{P.name} is read by statements besides this nest"
+            elif any(b.same_as(src.buffer) for st in self.prior[[x.same_as(copy) for x in self.prior].index(True) + 1:]
+                     for b in buffers_touched(st)):
+                why = f"{src.buffer.name} is accessed between the T.copy into {P.name} and the nest"
             if why is not None:
                 self.notes.append(f"{at_line(gemm)}tl.cuda.dequant_fragments_direct: {P.name} stays in shared memory "
                                   f"(cp.async staging): {why}")
