@@ -53,10 +53,12 @@ CASES = [
     ("int8", 16, 64, 512, {}),
     ("bk64", 16, 64, 256, {}),
     ("example_bk256", 16, 64, 512, {}),
+    ("fp4_e2m1_g32", 7, 64, 256, {}),  # scalars used several times (register slots), groups of 32, M = 7
+    ("hi_first", 5, 96, 512, {}),  # ragged M and N together
 ]
 
 
-@pytest.mark.parametrize("name,M,N,K,extra", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("name,M,N,K,extra", CASES, ids=[f"{c[0]}_{c[1]}x{c[2]}x{c[3]}" for c in CASES])
 def test_weights_read_from_global_memory_match_torch_in_the_emulator(name, M, N, K, extra):
     v = variant(name)
     args = dv.inputs(v, M, N, K, device="cpu", seed=5)
