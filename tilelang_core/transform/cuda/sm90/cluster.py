@@ -220,9 +220,9 @@ def plan(shape: tuple[int, int, int], producers: list[Any], copies: list[TmaCopy
 
 def block_vars_and_grid(func: Any) -> tuple[dict[str, Any], dict[str, int | None]]:
     """The kernel's blockIdx.* variables and their extents (None: not constant)."""
-    from .warp_specialize import _block_loops
+    from .warp_specialize import block_loops
 
-    loops, _ = _block_loops(func)
+    loops, _ = block_loops(func)
     tags = [str(lp.thread_binding.thread_tag) for lp in loops]
     return ({t: lp.loop_var for t, lp in zip(tags, loops)},
             {t: const_int(lp.extent) for t, lp in zip(tags, loops)})

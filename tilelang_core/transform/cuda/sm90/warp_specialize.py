@@ -245,7 +245,7 @@ def free_vars(node: Any) -> list[Any]:
     return found
 
 
-def _block_loops(func: Any) -> tuple[list[Any], Any]:
+def block_loops(func: Any) -> tuple[list[Any], Any]:
     """(the blockIdx loops around the thread loop, outermost first; the thread loop)."""
     loops: list[Any] = []
     s = func.body
@@ -276,7 +276,7 @@ def persist(func: Any, base: Any, n: Any, ctas: int | None,
     multicast masks assume), every block of a cluster walking the same number of tiles."""
     from .. import common as cuda_common
 
-    loops, tloop = _block_loops(func)
+    loops, tloop = block_loops(func)
     grid = [const_int(lp.extent) for lp in loops]
     launch = func.attrs[cuda_common.ATTR_LAUNCH]
     plain = func.with_body(substitute(func.body, {base: tirx.IntImm("int32", 0)}))
