@@ -262,3 +262,16 @@ def is_whole_tile(r: Region) -> bool:
         elif e != shape[d] or const_int(r.mins[d]) != 0:
             return False
     return True
+
+
+def mentions(e: Any, var: Any) -> bool:
+    """``var`` (by identity) occurs in the expression ``e``."""
+    hit: list[Any] = []
+
+    def rec(v: Any) -> Any:
+        if v.same_as(var):
+            hit.append(v)
+        return v
+
+    tvm_ffi.structural_map(e, [(tvm.ir.Var, rec)])
+    return bool(hit)

@@ -68,6 +68,7 @@ from .common import (
     layouts_of,
     loads_in,
     locals_of,
+    mentions,
     parallel_nest,
     substitute,
     swizzles_of,
@@ -189,18 +190,6 @@ def _impure(e: Any) -> bool:
 
     tvm_ffi.structural_map(e, [(tvm.ir.Call, rec)])
     return bool(bad)
-
-
-def _mentions(e: Any, var: Any) -> bool:
-    hit: list[Any] = []
-
-    def rec(v: Any) -> Any:
-        if v.same_as(var):
-            hit.append(v)
-        return v
-
-    tvm_ffi.structural_map(e, [(tvm.ir.Var, rec)])
-    return bool(hit)
 
 
 def _lanes(dtype: str, n: int) -> int:
@@ -548,11 +537,11 @@ class DequantFragmentsCUDA(Rewriter):
         element ``u // c`` of the last dimension, each aligned to its vector accesses; None otherwise."""
         zero = tirx.IntImm("int32", 0)
         idx = list(ld.indices)
-        if any(_mentions(i, u) for i in idx[:-1]):
+        if any(mentions(i, u) for i in idx[:-1]):
             return None
         base = self.ana.simplify(substitute(idx[-1], {u: zero}))
         diff = self.ana.simplify(idx[-1] - base)
-        if const_int(diff) == 0 or not _mentions(diff, u) or all(
+        if const_int(diff) == 0 or not mentions(diff, u) or all(
                 self.prove(tirx.EQ(substitute(idx[-1], {u: tirx.IntImm("int32", x)}), base)) for x in range(1, ch)):
             return 0
         if isinstance(diff, tvm.ir.Var) and diff.same_as(u):

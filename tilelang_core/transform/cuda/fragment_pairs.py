@@ -29,6 +29,7 @@ from tvm import tirx
 
 from ...language._ir import dtype_of
 from ..common.rewriter import const_int
+from .common import mentions
 
 # the exponent trick per result type: bits of the number BASE, and how many integers BASE + x (0 <= x < CAP) it holds
 MAGIC = {"float16": (0x6400, 1024), "bfloat16": (0x4300, 128)}
@@ -96,12 +97,6 @@ def _children(x: Any) -> list[Any]:
     return []
 
 
-def _mentions(e: Any, var: Any) -> bool:
-    hit: list[Any] = []
-    tvm_ffi.structural_map(e, [(tvm.ir.Var, lambda v: (hit.append(v), v)[1] if v.same_as(var) else v)])
-    return bool(hit)
-
-
 def _swap(e: Any, node: Any, x: Any) -> Any:
     """``e`` with the sub-expression ``node`` (by identity) replaced by the int32 variable ``x``."""
     def rec(n: Any) -> Any:
@@ -136,7 +131,7 @@ def pair_value(v0: Any, v1: Any, ana: Any) -> Any | None:
     casts: list[Any] = []
 
     def find(c: Any) -> Any:
-        if dtype_of(c) == dt and _mentions(c.value, x):
+        if dtype_of(c) == dt and mentions(c.value, x):
             casts.append(c)
         return c
 
@@ -148,7 +143,7 @@ def pair_value(v0: Any, v1: Any, ana: Any) -> Any | None:
         return None
     z = ana.simplify(tirx.Cast("int32", cast.value) - x) if dtype_of(cast.value) == "int64" else \
         ana.simplify(cast.value - x)
-    if _mentions(z, x):
+    if mentions(z, x):
         return None
     zb = ana.const_int_bound(z)
     # (base + (x - low)) - (base - low - z) = x + z: both operands integers in [0, 2 base], which the type holds
@@ -157,7 +152,7 @@ def pair_value(v0: Any, v1: Any, ana: Any) -> Any | None:
         return None
     h = tvm.ir.Var("dq_half", dt)
     rest = tvm_ffi.structural_map(g0, [(tirx.Cast, lambda c: h if c.same_as(cast) else c)])
-    if _mentions(rest, x):
+    if mentions(rest, x):
         return None
     word = tirx.reinterpret("uint32", tirx.BufferLoad(arr0, [tirx.Ramp(tirx.IntImm("int32", 4 * (c0 // 4)),
                                                                         tirx.IntImm("int32", 1), 4)]))
@@ -191,7 +186,7 @@ def _vectorise(e: Any, h: Any, pair: Any) -> Any | None:
     if isinstance(e, tvm.ir.Var) and e.same_as(h):
         return pair
     if isinstance(e, (tirx.Add, tirx.Sub, tirx.Mul)) and dtype_of(e) in MAGIC:
-        a_h, b_h = _mentions(e.a, h), _mentions(e.b, h)
+        a_h, b_h = mentions(e.a, h), mentions(e.b, h)
         if a_h == b_h:
             return None
         a = _vectorise(e.a, h, pair) if a_h else tirx.Broadcast(e.a, 2)

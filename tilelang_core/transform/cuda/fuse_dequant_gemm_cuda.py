@@ -91,6 +91,7 @@ from .common import (
     layouts_of,
     loads_in,
     locals_of,
+    mentions,
     parallel_nest,
     substitute,
     swizzles_of,
@@ -363,11 +364,11 @@ class FuseDequantGemmCUDA(Rewriter):
         """False: S does not depend on j; True: it is constant over each lane's 32-wide chunk; None: neither."""
         jr = new_var("jr")
         self.bind_loop(jr, tirx.IntImm("int32", 0), tirx.IntImm("int32", K))
-        if not _mentions(self.ana.simplify(substitute(scale, {j: jr})), jr):
+        if not mentions(self.ana.simplify(substitute(scale, {j: jr})), jr):
             return False
         self.bind_loop(jr, tirx.IntImm("int32", 0), tirx.IntImm("int32", CHUNK_K))
         for c0 in range(0, K, CHUNK_K):
-            if _mentions(self.ana.simplify(substitute(scale, {j: c0 + jr})), jr):
+            if mentions(self.ana.simplify(substitute(scale, {j: c0 + jr})), jr):
                 return None
         return True
 
@@ -523,7 +524,7 @@ class FuseDequantGemmCUDA(Rewriter):
         if loop is None or STAGES_ATTR not in loop.annotations:
             return sc, [tirx.AllocBuffer(sc)] + stores(sc), []
         k = loop.loop_var
-        if not any(_mentions(v, k) for v in vals):
+        if not any(mentions(v, k) for v in vals):
             self.loop_pre.setdefault(loop, []).extend([tirx.AllocBuffer(sc)] + stores(sc))
             return sc, [], []
         if not ring:
@@ -546,19 +547,6 @@ class FuseDequantGemmCUDA(Rewriter):
             return tirx.if_then_else(and_all(conds), ld, tirx.const(0, dtype_of(ld))) if conds else ld
 
         return tvm_ffi.structural_map(e, [(tvm.ir.TensorLoad, fix)])
-
-
-def _mentions(e: Any, var: Any) -> bool:
-    """``var`` occurs in ``e``."""
-    hit: list[Any] = []
-
-    def rec(v: Any) -> Any:
-        if v.same_as(var):
-            hit.append(v)
-        return v
-
-    tvm_ffi.structural_map(e, [(tvm.ir.Var, rec)])
-    return bool(hit)
 
 
 def fuse_dequant_gemm_cuda(func: tirx.PrimFunc, arch: str = "sm_90", options: PassConfig = DEFAULT) -> tirx.PrimFunc:
