@@ -26,7 +26,9 @@ completes when issued: the box of tensor map ``i`` (the kernel's ``tl.tma_maps``
 memory in row-major box order through the map's swizzle (Swizzle<B, 4, 3> of the byte offset from the start of the
 block's shared memory, B = 3 / 2 / 1 for 128 / 64 / 32 bytes: the dynamic shared memory is 1024-byte aligned, and a
 kernel with several static shared allocations is not modelled; a map of swizzle 0, ``tl.cuda.tma_plain_tiles``:
-the box row-major, as it is), then its bytes complete on ``bar``.
+the box row-major, as it is), then its bytes complete on ``bar``. Every map a TMA load or store uses is checked
+against the launcher's rules of ``cuTensorMapEncodeTiled`` (``runtime/exported.py``: ``tensor_map_problems``), so a
+map the driver would refuse at launch is reported here too.
 A TMA store ``tl::tma_store_<2..5>d<i>(src, c0..)`` (``tl.cuda.tma_store``) writes the parts of its box inside the
 tensor at issue and reads its shared bytes until a ``tl::tma_store_wait_read`` retires its bulk group
 (``tl::tma_store_commit``); ``tl::wgmma_acc_to_slabs`` is replayed from the header.
@@ -76,6 +78,7 @@ import tvm
 from tvm import tirx
 
 from tilelang_core.language._ir import dtype_of
+from tilelang_core.runtime.exported import tensor_map_problems
 
 WARP = 32
 POISON = 0xFF  # fresh shared and local memory: NaN for every float type, -1 for integers
@@ -846,6 +849,10 @@ class Emulator:
         dims, box, swz = [int(x) for x in mp["dims"]], [int(x) for x in mp["box"]], int(mp["swizzle"])
         if len(dims) != rank or len(box) != rank:
             self.problem(f"{op} of a {len(dims)}-D map ({mp['param']})")
+        refused = tensor_map_problems(mp)  # what the launcher checks before cuTensorMapEncodeTiled
+        if refused:
+            self.problem(f"tensor map {index} ({mp['param']}): cuTensorMapEncodeTiled would refuse it: "
+                         f"{'; '.join(refused)}")
         es = np.dtype(_STORAGE[str(mp["dtype"])]).itemsize if mp["dtype"] in _STORAGE else 1
         if (swz not in (32, 64, 128) or box[0] * es > swz) and (swz != 0 or box[0] * es % 16) or \
                 any(not 1 <= x <= 256 for x in box):

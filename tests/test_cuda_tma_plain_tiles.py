@@ -8,7 +8,8 @@ backward (float32 ``LSE`` / ``Delta`` rows: 1-D tiles, boxes of one row on 3-D m
 TMA, the full barrier expecting the bytes of every box; each rule of the hardware that a plain box breaks is a note;
 ptxas builds them for sm_90a without spills; and the CUDA emulator (``tests/cuda_emulator.py``, TMA boxes of
 swizzle 0 written row-major) runs them against torch at ragged shapes, plus a GEMM that also loads a 1-D float32
-vector of a 1-D tensor (``tl::tma_load_1d``) and a uint8 tile. The GPU twin is ``tests/gpu/test_tma_plain_tiles.py``.
+vector of a 1-D tensor (the 2-D map ``(n, 1)``, ``tl::tma_load_2d``) and a uint8 tile. The maps against the driver's
+rules: ``tests/test_cuda_tma_plain_tiles_maps.py``. The GPU twin is ``tests/gpu/test_tma_plain_tiles.py``.
 """
 
 from __future__ import annotations
@@ -215,7 +216,10 @@ def test_emulated_1d_and_uint8_boxes_match_torch():
     M, N, K = 100, 64, 160
     func = gemm_with_plain_loads(M, N, K, ku=K, nv=K)
     text = _lowered(func, PLAIN).script()
-    assert "tl::tma_load_1d<" in text and "tl::cp_async" not in text  # Vv is a 1-D tensor: a rank-1 map
+    # Vv is a 1-D tensor: the 2-D map (K, 1), no rank-1 map (the H200's driver refused one)
+    assert "tl::tma_load_1d" not in text and "tl::cp_async" not in text
+    assert [m for m in _maps(_lowered(func, PLAIN)) if m["param"] == "Vv"] == [
+        {"param": "Vv", "dtype": "float32", "dims": [K, 1], "box": [64, 1], "swizzle": 0}]
     g = torch.Generator().manual_seed(5)
     a, b = torch.randn(M, K, generator=g).half(), torch.randn(K, N, generator=g).half()
     vv = torch.randn(K, generator=g)

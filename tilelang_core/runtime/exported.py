@@ -250,16 +250,84 @@ TMA_ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5
                      # plain tiles (pass_configs tl.cuda.tma_plain_tiles)
                      "float32": 4, "int32": 4, "int8": 1, "uint8": 1}
 
+# cuTensorMapEncodeTiled's documented limits (cuda.h, CUDA 13.0) for the maps made here: INTERLEAVE_NONE, element
+# strides 1, OOB_FILL_NONE, one of the swizzles below
+TMA_MIN_RANK = 2  # documented: 1; but see tensor_map_problems
+TMA_MAX_RANK = 5
+TMA_MAX_DIM = 1 << 32  # each globalDim in 1 .. 2^32
+TMA_MAX_STRIDE = 1 << 40  # each globalStride a multiple of 16 bytes, < 2^40
+TMA_MAX_BOX = 256  # each boxDim in 1 .. 256
+TMA_SWIZZLES = (0, 32, 64, 128)  # bytes (0: SWIZZLE_NONE)
+
+
+def tensor_map_strides(dims: list[int], elem_bytes: int) -> list[int]:
+    """The ``globalStrides`` (bytes) of dimensions 1 .. rank-1 of a contiguous tensor of extents ``dims`` (innermost
+    first). A dimension of extent 1 with only extent-1 dimensions outside it is never stepped (its one coordinate
+    inside the tensor is 0; a box past it is zero-filled, not read), so its stride is rounded up to a multiple of 16
+    bytes: the 2-D map ``(n, 1)`` of a 1-D tensor of ``n`` elements is then valid for any ``n``."""
+    strides, step = [], elem_bytes
+    for d in dims[:-1]:
+        step *= d
+        strides.append(step)
+    for i in reversed(range(len(strides))):
+        if dims[i + 1] != 1:
+            break
+        strides[i] = -(-strides[i] // 16) * 16
+    return strides
+
+
+def tensor_map_problems(spec: dict[str, Any]) -> list[str]:
+    """Why ``cuTensorMapEncodeTiled`` would refuse the map ``spec`` describes (``[]`` when it would not), checked
+    without a GPU, by the compiler when it plans a map (the load then keeps cp.async with a note) and by the launcher
+    before the driver call. The rules are the documented ones for what this launcher passes (tensor rank 1 .. 5;
+    each dimension 1 .. 2^32; each stride a multiple of 16 bytes below 2^40; each box dimension 1 .. 256, the
+    innermost a multiple of 16 bytes, and with a swizzle at most the swizzle's span) plus one the H200 showed: a
+    rank-1 map is refused (CUDA_ERROR_INVALID_VALUE for dims [1008], box [64] of float32, every documented rule
+    met: cuda.bindings passes the empty stride list as a NULL ``globalStrides`` pointer), so 1-D tensors are
+    described as 2-D maps ``(n, 1)``. The 16-byte global address is checked per call (:func:`encode_tensor_map`)."""
+    dtype = str(spec.get("dtype"))
+    if dtype not in TMA_ELEMENT_BYTES:
+        return [f"element type {dtype} has no tensor-map type here ({', '.join(TMA_ELEMENT_BYTES)})"]
+    es = TMA_ELEMENT_BYTES[dtype]
+    dims, box, swz = [int(d) for d in spec["dims"]], [int(b) for b in spec["box"]], int(spec["swizzle"])
+    out = []
+    if not TMA_MIN_RANK <= len(dims) <= TMA_MAX_RANK:
+        out.append(f"rank {len(dims)}: maps here are {TMA_MIN_RANK}-D to {TMA_MAX_RANK}-D (the driver refused a "
+                   "rank-1 map: an empty globalStrides list reaches it as a NULL pointer)")
+    bad = [d for d in dims if not 1 <= d <= TMA_MAX_DIM]
+    if bad:
+        out.append(f"globalDim {dims}: each must be 1 .. 2^32")
+    strides = tensor_map_strides(dims, es) if not bad else []
+    if any(s % 16 or s >= TMA_MAX_STRIDE for s in strides):
+        out.append(f"globalStrides {strides} bytes: each must be a multiple of 16 and below 2^40")
+    if len(box) != len(dims):
+        out.append(f"box {box} has {len(box)} dimensions, the map {len(dims)}")
+    if any(not 1 <= b <= TMA_MAX_BOX for b in box):
+        out.append(f"boxDim {box}: each must be 1 .. {TMA_MAX_BOX}")
+    if box and (box[0] * es) % 16:
+        out.append(f"boxDim[0] x element size = {box[0]} x {es} = {box[0] * es} bytes: must be a multiple of 16")
+    if swz not in TMA_SWIZZLES:
+        out.append(f"swizzle {swz} bytes: one of {TMA_SWIZZLES}")
+    elif swz and box and box[0] * es > swz:
+        out.append(f"the box's inner dimension is {box[0] * es} bytes, more than the {swz}-byte swizzle's span")
+    return out
+
 
 def encode_tensor_map(spec: dict[str, Any], address: int) -> bytes:
-    """The 128 bytes of the tensor map ``spec`` describes, over the tensor at ``address``."""
-    from cuda.bindings import driver
-
+    """The 128 bytes of the tensor map ``spec`` describes, over the tensor at ``address``: its rules are checked
+    (:func:`tensor_map_problems`, the address 16-byte aligned) before the driver is called."""
     if address % 16:
         off = "'tl.cuda.tma_store': False" if spec.get("store") else "'tl.disable_tma_lower': True"  # a store map
         raise RuntimeError(f"argument {spec['param']!r}: its data starts at an address that is not a "
                                    "multiple of 16 bytes, which TMA needs; pass a tensor that is not an offset view, "
                                    f"or compile with pass_configs={{{off}}}")
+    problems = tensor_map_problems(spec)
+    if problems:
+        raise RuntimeError(f"the tensor map of argument {spec['param']!r} (dims {spec['dims']}, box {spec['box']}, "
+                           f"swizzle {spec['swizzle']} B) breaks cuTensorMapEncodeTiled's rules: "
+                           f"{'; '.join(problems)}; recompile the kernel (this compiler plans only valid maps)")
+    from cuda.bindings import driver
+
     # float8 tiles travel as bytes (TMA only copies; the OOB fill is zero bytes, +0.0 in both float8 formats)
     dtypes = {"float16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
               "bfloat16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
@@ -274,11 +342,7 @@ def encode_tensor_map(spec: dict[str, Any], address: int) -> bytes:
                 64: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
                 128: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}
     dims = [int(d) for d in spec["dims"]]  # innermost first; the tensor is contiguous (checked at the call)
-    es = TMA_ELEMENT_BYTES[spec["dtype"]]
-    strides, step = [], es
-    for d in dims[:-1]:  # the byte stride of every dimension but the innermost
-        step *= d
-        strides.append(step)
+    strides = tensor_map_strides(dims, TMA_ELEMENT_BYTES[spec["dtype"]])  # never empty: rank >= 2
     err, tmap = driver.cuTensorMapEncodeTiled(
         dtypes[spec["dtype"]], len(dims), address, [driver.cuuint64_t(d) for d in dims],
         [driver.cuuint64_t(x) for x in strides], [driver.cuuint32_t(int(b)) for b in spec["box"]],

@@ -32,8 +32,13 @@ whole loop on ``cp.async``, and loops such as the attention backward (float32 ``
 dequantised prefill (a uint8 packed-weight tile its ``T.Parallel`` nest reads) have such a load beside their wgmma
 tiles. With the key, a load into a plain row-major shared tile (swizzle code 0: not a wgmma operand, not
 XOR-swizzled, no user index map) becomes one box of the whole tile with ``SWIZZLE_NONE``, which writes the box
-row-major, densely, exactly the tile's layout: :func:`plan_plain_copy` (1-D tiles are a box of one row). The
-loop's schedule, barriers and expected bytes are the same as for wgmma tiles.
+row-major, densely, exactly the tile's layout: :func:`plan_plain_copy` (1-D tiles are a box of one row; a 1-D
+tensor is the 2-D map ``(n, 1)``: the driver refused rank-1 maps on the H200). The loop's schedule, barriers and
+expected bytes are the same as for wgmma tiles.
+
+Every map planned here is checked against ``cuTensorMapEncodeTiled``'s rules (``runtime/exported.py``:
+``tensor_map_problems``, which the launcher runs again before the driver call): a map that breaks one keeps the loop
+on ``cp.async`` with a note naming the rule, instead of failing at the first launch.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ....language._ir import Region
+from ....runtime.exported import tensor_map_problems
 from ...common.regions import is_global
 from ...common.rewriter import const_int, seq, tile_op_name, with_span
 from ..common import extern, is_shared, substitute, sync_stmt
@@ -62,14 +68,15 @@ PLAIN_DTYPES = ("float32", "int32", "int8", "uint8", *TMA_DTYPES)
 SMEM_ALIGN = 128  # a TMA load's shared destination is 128-byte aligned (tiles are: tl.LowerSharedMemoryCUDA)
 
 
-MAX_RANK = 5  # cp.async.bulk.tensor takes 1-D to 5-D tensor maps (wgmma tiles here: 2-D and up)
+MAX_RANK = 5  # cp.async.bulk.tensor takes 1-D to 5-D tensor maps; the maps made here are 2-D and up
 
 
 @dataclass(frozen=True)
 class TmaMap:
     """One tensor map: a 1-D to 5-D global tensor parameter read in ``box``-sized element boxes. ``dims`` and
     ``box`` list the dimensions innermost first (the reverse of the tensor's shape): for a 2-D tensor (columns,
-    rows); for a ``[batch, seq, heads, dim]`` tensor (dim, heads, seq, batch), with a box of (atom, 1, rows, 1)."""
+    rows); for a ``[batch, seq, heads, dim]`` tensor (dim, heads, seq, batch), with a box of (atom, 1, rows, 1); for
+    a 1-D tensor of ``n`` elements (n, 1), a 2-D map (the map is at least 2-D: see ``tensor_map_problems``)."""
 
     param: str  # the tensor parameter's name
     dtype: str
@@ -133,7 +140,17 @@ def plan_copy(copy: Any, swizzle: dict[Any, int], plain: bool = False,
         return None, f"rows of {g.name} are {gshape[-1] * es} bytes, not a multiple of 16 (TMA's stride unit)"
     box = [1] * len(gshape)
     box[0], box[len(gshape) - 1 - row_dim] = atom, rows
-    return TmaMap(g.name, dt, tuple(reversed(gshape)), tuple(box), code - WGMMA_SWIZZLE_BASE), ""
+    return checked(TmaMap(g.name, dt, tuple(reversed(gshape)), tuple(box), code - WGMMA_SWIZZLE_BASE))
+
+
+def checked(m: TmaMap) -> tuple[TmaMap | None, str]:
+    """(``m``, "") when ``cuTensorMapEncodeTiled`` takes the map (the launcher's rules, checked on the CPU), else
+    (None, why not): the loop then keeps cp.async with the reason as its note rather than failing at launch."""
+    problems = tensor_map_problems(asdict(m))
+    if problems:
+        return None, (f"the tensor map of {m.param} (dims {list(m.dims)}, box {list(m.box)}) breaks "
+                      f"cuTensorMapEncodeTiled's rules: {'; '.join(problems)}")
+    return m, ""
 
 
 # the region arguments a tile op only reads (any other region argument may be written)
@@ -173,7 +190,8 @@ def plan_plain_copy(copy: Any, code: int, index_layouts: frozenset[str] = frozen
                     written: frozenset[str] = frozenset()) -> tuple[TmaMap | None, str]:
     """The tensor map of a producer ``T.copy`` into a plain row-major shared tile (swizzle ``code`` 0) as one
     ``SWIZZLE_NONE`` box of the whole tile, or (None, why not). A 1-D tile is a box of one row (``LSE[b, h, s0:s0 +
-    64]``: box (64, 1, 1) on the map of ``LSE``); a 2-D tile reads the tensor's last dimension and one other. The
+    64]``: box (64, 1, 1) on the map of ``LSE``; ``V[k0:k0 + 64]`` of a 1-D ``V`` of ``n`` elements: box (64, 1) on
+    the 2-D map (n, 1), its coordinates (k0, 0)); a 2-D tile reads the tensor's last dimension and one other. The
     hardware's rules, checked: each box dimension at most 256 elements, the innermost box a multiple of 16 bytes,
     the tensor's rows (its byte strides) multiples of 16 bytes; and every stage of the tile starts 128-byte aligned
     (the tile's bytes a multiple of 128)."""
@@ -219,20 +237,25 @@ def plan_plain_copy(copy: Any, code: int, index_layouts: frozenset[str] = frozen
     box[0] = cols
     if outer:
         box[len(gshape) - 1 - outer[0]] = rows
-    return TmaMap(g.name, dt, tuple(reversed(gshape)), tuple(box), 0), ""
+    dims = tuple(reversed(gshape))
+    if len(dims) == 1:  # a 1-D tensor as the 2-D map (n, 1): the driver refused a rank-1 map (tensor_map_problems)
+        dims, box = (*dims, 1), [*box, 1]
+    return checked(TmaMap(g.name, dt, dims, tuple(box), 0))
 
 
 def box_loads(copy: TmaCopy, rank: int, src_mins: list[Any], tile: Any, stage: Any, bar: Any, simplify: Any,
               span: Any) -> list[Any]:
     """The TMA loads that fill ``tile[stage]`` (its column blocks, one box each) from the source region starting at
     ``src_mins`` (the tensor's coordinates, outermost first) through map ``copy.map_index`` of rank ``rank``,
-    completing on the mbarrier at ``bar``."""
+    completing on the mbarrier at ``bar``. A map of more dimensions than the tensor (the 2-D map of a 1-D tensor)
+    gets coordinate 0 in the extra ones."""
     zero = tirx.IntImm("int32", 0)
     out = []
     for cb in range(copy.cols // copy.atom):
         lead = [zero] * (len(tile.shape) - 2)  # a staged 2-D tile's row; none for a staged 1-D (plain) tile
         ptr = tirx.address_of(tirx.BufferLoad(tile, [stage, *lead, tirx.IntImm("int32", cb * copy.atom)]))
         coords = [simplify(src_mins[-1] + cb * copy.atom), *(simplify(m) for m in reversed(src_mins[:-1]))]
+        coords += [zero] * (rank - len(coords))
         out.append(with_span(extern(f"tl::tma_load_{rank}d<{copy.map_index}>", ptr, bar, *coords), span))
     return out
 

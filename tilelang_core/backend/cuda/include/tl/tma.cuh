@@ -58,19 +58,13 @@ __device__ __forceinline__ void fence_proxy_async() {
 
 // a 2-D box of `map` at coordinates (c0 innermost, c1) into shared memory at `dst`, completing on `bar`;
 // parts of the box outside the tensor are filled with zeros
+// (a 1-D tensor is the 2-D map (n, 1), read at (c0, 0): no rank-1 maps, see runtime/exported.py's
+// tensor_map_problems)
 __device__ __forceinline__ void tma_load_2d(const TmaDesc* map, void* dst, void* bar, int c0,
                                             int c1) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
       ::"r"(smem_addr(dst)), "l"(reinterpret_cast<unsigned long long>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
-      : "memory");
-}
-
-// a 1-D box (a plain tile of a 1-D tensor: pass_configs tl.cuda.tma_plain_tiles)
-__device__ __forceinline__ void tma_load_1d(const TmaDesc* map, void* dst, void* bar, int c0) {
-  asm volatile(
-      "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];"
-      ::"r"(smem_addr(dst)), "l"(reinterpret_cast<unsigned long long>(map)), "r"(smem_addr(bar)), "r"(c0)
       : "memory");
 }
 
