@@ -89,16 +89,21 @@ def test_tma_dequant_prefill_matches_torch_and_the_cp_async_build(name, M, N, K)
     assert torch.equal(out, off)  # the same wgmma and decode on the same tiles; only the loads differ
 
 
-def test_tma_1d_and_uint8_boxes_match_torch():
-    M, N, K = 300, 128, 1008  # ragged: the last k-step's boxes cross the ends of A, B, Vv and U (zero-filled)
-    kernel = tilelang.compile(gemm_with_plain_loads(M, N, K, ku=K, nv=K), out_idx=[4, 5, 6], target="cuda",
+@pytest.mark.parametrize("nv", [1008, 1001])
+def test_tma_1d_and_uint8_boxes_match_torch(nv):
+    # ragged: the last k-step's boxes cross the ends of A, B, Vv and U (zero-filled); Vv is the 2-D map (nv, 1), and
+    # at nv = 1001 its 4004-byte stride (never stepped) is rounded up to 4016 (tests/test_cuda_tma_plain_tiles_maps.py)
+    M, N, K = 300, 128, 1008
+    kernel = tilelang.compile(gemm_with_plain_loads(M, N, K, ku=K, nv=nv), out_idx=[4, 5, 6], target="cuda",
                               pass_configs=PLAIN)
     _no_cp_async(kernel)
-    steps, pad = -(-K // 64), -(-K // 64) * 64 - K
+    steps = -(-K // 64)
     a, b = torch.randn(M, K, device="cuda").half(), torch.randn(K, N, device="cuda").half()
-    vv = torch.randn(K, device="cuda")
+    vv = torch.randn(nv, device="cuda")
     u = torch.randint(0, 256, (M, K), device="cuda", dtype=torch.uint8)
     c, vs, us = kernel(a, b, vv, u)
-    torch.testing.assert_close(vs, torch.cat([vv, vv.new_zeros(pad)]).view(steps, 64).sum(0), rtol=1e-4, atol=1e-4)
+    want_vs = torch.cat([vv, vv.new_zeros(steps * 64 - nv)]).view(steps, 64).sum(0)
+    torch.testing.assert_close(vs, want_vs, rtol=1e-4, atol=1e-4)
+    pad = steps * 64 - K
     torch.testing.assert_close(us, torch.cat([u.float(), u.new_zeros(M, pad).float()], 1).view(M, steps, 64).sum(1))
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-2, atol=1e-2)
