@@ -673,6 +673,17 @@ class Emulator:
                 self.problem(f"atomicAdd at {ptr.storage.name}[{ptr.elem}] outside its {len(view)} elements")
             view[ptr.elem] = _cast(view[ptr.elem:ptr.elem + 1] + self.ev(args[1], th), ptr.dtype)[0]
             return
+        m = re.fullmatch(r"tl::atomic_add_v([24])", fname)
+        if m:  # tl.cuda.vector_atomics: red.global.add.v2/v4.f32, each element added atomically
+            n, ptr = int(m[1]), self.pointer(args[0], th)
+            view = ptr.storage.view(ptr.dtype)
+            if ptr.dtype != "float32" or ptr.elem % n or not 0 <= ptr.elem <= len(view) - n:
+                self.problem(f"{fname} at {ptr.storage.name}[{ptr.elem}] ({ptr.dtype}, {len(view)} elements): "
+                             f"needs float32, {4 * n}-byte aligned, inside the tensor")
+            for k in range(n):
+                view[ptr.elem + k] = _cast(view[ptr.elem + k:ptr.elem + k + 1] + self.ev(args[1 + k], th),
+                                           "float32")[0]
+            return
         m = re.fullmatch(r"tl::gemm_rb_step<([\d, ]+)>", fname)
         if m:  # one k-step of mma.sync with B fragments from the threads' registers (include/tl/gemm_frag.cuh)
             params = tuple(int(x) for x in m[1].split(","))

@@ -60,6 +60,7 @@ class PassConfigKey:
     TL_CUDA_DEQUANT_FRAGMENTS_DIRECT = "tl.cuda.dequant_fragments_direct"
     TL_CUDA_WGMMA_WRITTEN_TILES = "tl.cuda.wgmma_written_tiles"
     TL_CUDA_CLUSTER = "tl.cuda.cluster"
+    TL_CUDA_VECTOR_ATOMICS = "tl.cuda.vector_atomics"
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,11 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "the fused nest reads that is only a whole-tile T.copy of global memory is not staged in shared memory: "
            "each lane loads its packed run straight from the global tensor (bounds-guarded, zeros outside, as the "
            "copy was); off until measured on a GPU"),
+    Option(K.TL_CUDA_VECTOR_ATOMICS, "bool", False, "CUDA sm_90+: 2 or 4 adjacent float32 element atomics "
+           "(T.atomic_add of a fragment, T.atomic_addx2/x4) into consecutive, provably 8/16-byte aligned elements "
+           "of one global tensor under the same guard become one red.global.add.v2/v4.f32 (half / a quarter of "
+           "the RED instructions; the flash-attention backward's dQ); off until measured on the H200 "
+           "(transform/cuda/vector_atomics_cuda.py, docs/cuda.md)"),
     Option(K.TL_CUDA_COMPILER, "choice", "auto", "CUDA: what turns CUDA C into a cubin: 'nvcc', 'nvrtc' (the CUDA "
            "Python bindings) or 'auto' (nvcc when found, else NVRTC)", choices=("auto", "nvcc", "nvrtc")),
 ]}

@@ -80,6 +80,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
     from .cuda.sm90.tma_store import tma_store_cuda
     from .cuda.small_int_to_half_cuda import small_int_to_half_cuda
     from .cuda.split_k_cuda import split_k_cuda
+    from .cuda.vector_atomics_cuda import vector_atomics_cuda
     from .cuda.warp_specialize_cuda import warp_specialize_cuda
 
     opts = resolve(options)
@@ -109,6 +110,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
         ("tl.LowerTileOpsCUDA", lower_tile_ops_cuda),
         ("tl.FP8EncodeCUDA", fp8_encode_cuda),
         ("tl.LowerParallelCUDA", lower_parallel_cuda),
+        ("tl.VectorAtomicsCUDA", lambda f: vector_atomics_cuda(f, opts, arch)),
         ("tl.ApplyIndexLayouts", apply_index_layouts),
         ("tl.LowerSharedMemoryCUDA", lambda f: lower_shared_memory_cuda(f, arch)),
         ("tl.WarpSpecializeCUDA", lambda f: warp_specialize_cuda(f, opts)),
