@@ -470,16 +470,16 @@ def wgmma_offset_py(r: int, c: int, rows: int, code: int, dtype: str) -> int:
     return p ^ (((p >> (7 - lg)) & mask) << (4 - lg))
 
 
-def wgmma_chunk_n(wn: int, w_b: int) -> int:
+def wgmma_chunk_n(wn: int, w_b: int, max_n: int = WGMMA_MAX_N) -> int:
     """Columns per wgmma instruction for a warpgroup's column slice of ``wn``: the slice in equal chunks of at
-    most 256 columns, each a multiple of 8 and of ``w_b`` (the B atom width when B is MN-major; 1 if K-major).
-    0 when no such split exists."""
+    most ``max_n`` (256) columns, each a multiple of 8 and of ``w_b`` (the B atom width when B is MN-major; 1 if
+    K-major). 0 when no such split exists."""
     step = max(8, w_b)
     for parts in range(1, wn // 8 + 1):
         if wn % parts:
             continue
         n = wn // parts
-        if n <= WGMMA_MAX_N and n % step == 0:
+        if n <= min(max_n, WGMMA_MAX_N) and n % step == 0:
             return n
     return 0
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 from typing import Any
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 
 from ...language._ir import Region, dtype_of
@@ -75,6 +76,8 @@ from .layouts import (
     wgmma_chunk_n,
 )
 from .reducers_cuda import ATTR_REDUCERS, check_reducer_writes, fill_value, finalize_stmts, reducers_in
+from .sm90.registers import entry_registers, wgmma_max_n
+from .sm90.warp_specialize import ATTR_SPLIT, PRODUCER_THREADS
 
 ForKind = tirx.ForKind
 MAX_PY_UNROLL = 128
@@ -105,6 +108,23 @@ def _bf16_pair_store(kind: str, into: bool) -> bool:
     return kind in ("mma", "wgmma") and not into
 
 
+WGMMA_RS_A_REGS = 4  # a register-A wgmma's m64 x k16 A slice: 4 registers of two halves per thread
+
+
+def _launched_threads(func: Any, threads: int) -> int:
+    """Threads the kernel will launch with: ``threads``, or a warp-specialised loop's consumers plus the producer
+    warpgroup (the ``tl.ws_split`` attribute ``tl.PipelineCUDA`` left)."""
+    found: list[int] = []
+
+    def visit(x: Any) -> Any:
+        if str(x.attr_key) == ATTR_SPLIT:
+            found.append(int(x.value))
+        return x
+
+    tvm_ffi.structural_map(func.body, [(tirx.AttrStmt, visit)])
+    return found[0] + PRODUCER_THREADS if found else threads
+
+
 def _imm(v: int) -> Any:
     return tirx.IntImm("int32", v)
 
@@ -128,6 +148,10 @@ class LowerTileOpsCUDA(Rewriter):
         self.in_parallel = 0
         self.atomic_kind = "add"
         self.wgmma_pending = 0  # groups a wgmma T.gemm leaves in flight (tl.PipelineCUDA's attribute)
+        # registers a thread has at the kernel's entry: the launch is the program's threads, or the consumers of a
+        # warp-specialised loop plus the producer warpgroup (tl.WarpSpecializeCUDA adds it later)
+        self.entry_regs = entry_registers(_launched_threads(func, self.threads))
+        self.width_notes: list[str] = []  # wgmma instructions narrowed to fit the entry registers
         self.reducers = reducers_in(func)  # T.alloc_reducer buffers -> op
         self.hint_notes: list[str] = []  # T.copy eviction_policy hints that no load could carry
         # T.annotate_layout index maps: the contiguous run of each tile's last dimension bounds its vector accesses
@@ -597,12 +621,23 @@ class LowerTileOpsCUDA(Rewriter):
         """Every register of an accumulator set to 0 (``clear_accum=True``)."""
         return self.unrolled(lay.num_regs, lambda r: tirx.BufferStore(loc, tirx.const(0, str(loc.dtype)), [r]), True)
 
-    def _wgmma_b_args(self, b: Region, tb: bool, wn: int) -> tuple[int, str]:
+    def _wgmma_b_args(self, s: Any, b: Region, tb: bool, wn: int, a_regs: int = 0) -> tuple[int, str]:
         """The column chunk of one wgmma instruction for a warpgroup's ``wn`` columns of B, and the template's
-        trailing ``PENDING`` argument (empty when the call waits for its own group)."""
+        trailing ``PENDING`` argument (empty when the call waits for its own group). The chunk is narrowed where
+        the widest one would not fit the kernel's entry registers (``sm90/registers.py``: ptxas refuses it), with
+        a note; ``a_regs``: the register-A operand's registers per instruction."""
         swb = self.swizzle.get(b.buffer, 0) - WGMMA_SWIZZLE_BASE
         w_b = 1 if tb else swb // dtype_bytes(str(b.buffer.dtype))
-        return wgmma_chunk_n(wn, w_b), (f", {self.wgmma_pending}" if self.wgmma_pending else "")
+        nc = wgmma_chunk_n(wn, w_b)
+        cap = wgmma_max_n(self.entry_regs, a_regs)
+        if nc > cap and wgmma_chunk_n(wn, w_b, cap):
+            narrow = wgmma_chunk_n(wn, w_b, cap)
+            self.width_notes.append(
+                f"{at_line(s)}T.gemm: wgmma n{narrow} instructions instead of n{nc}: the kernel enters with "
+                f"{self.entry_regs} registers per thread and ptxas checks each wgmma against that count (n{nc}: "
+                f"{nc // 2} accumulators + operands), not against setmaxnreg's")
+            nc = narrow
+        return nc, (f", {self.wgmma_pending}" if self.wgmma_pending else "")
 
     def _gemm_mma(self, s: Any, ops: dict[str, Any], a: Region, b: Region, c: Region, lay: FragmentLayout,
                   stmts: list[Any]) -> Any:
@@ -633,7 +668,7 @@ class LowerTileOpsCUDA(Rewriter):
             return s
         M, N, K = ops["M"], ops["N"], ops["K"]
         ta, tb = int(ops["ta"]), int(ops["tb"])
-        nc, pending = self._wgmma_b_args(b, bool(tb), N // lay.warp_n)
+        nc, pending = self._wgmma_b_args(s, b, bool(tb), N // lay.warp_n)
         name = (f"tl::wgmma_gemm_ss<{M}, {N}, {K}, {lay.warp_m}, {lay.warp_n}, {nc}, {ta}, {tb}, {swa}, {swb}"
                 f"{pending}>")
         stmts.append(extern(name, tirx.address_of(_load(a.buffer, a.mins)), tirx.address_of(_load(b.buffer, b.mins)),
@@ -665,7 +700,7 @@ class LowerTileOpsCUDA(Rewriter):
             return s
         M, N, K = ops["M"], ops["N"], ops["K"]
         tb = int(ops["tb"])
-        nc, pending = self._wgmma_b_args(b, bool(tb), N)
+        nc, pending = self._wgmma_b_args(s, b, bool(tb), N, WGMMA_RS_A_REGS)
         name = f"tl::wgmma_gemm_rs<{M}, {N}, {K}, {lay.warp_m}, {nc}, {tb}, {swb}{pending}>"
         aloc = self.locals[ops["a"].buffer]
         stmts.append(extern(name, tirx.address_of(_load(aloc, [_imm(0)])), tirx.address_of(_load(b.buffer, b.mins)),
@@ -1059,7 +1094,7 @@ def lower_tile_ops_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
     out = pass_.run(func)
     if pass_.reducers:  # tl.LowerParallelCUDA gives each iteration of a nest updating one of them to one thread
         out = out.with_attr(ATTR_REDUCERS, pass_.reducers)
-    out = add_notes(out, pass_.hint_notes)
+    out = add_notes(out, pass_.hint_notes + pass_.width_notes)
     if pass_.new_swizzle:
         merged = dict(swizzles_of(out))
         merged.update(pass_.new_swizzle)

@@ -27,35 +27,30 @@ import tvm_ffi
 from tvm import tirx
 
 from ...pass_config import DEFAULT, PassConfig, PassConfigKey
+from ..common.notes import add_notes
 from ..common.rewriter import seq
-from .common import ATTR_LAUNCH, extern, find_thread_var, is_sync
-from .sm90 import gemm_pingpong
+from .common import ATTR_LAUNCH, extern, find_thread_var, is_sync, layouts_of
+from .sm90 import gemm_pingpong, registers
 from .sm90.warp_specialize import ATTR_CONSUMER, ATTR_PRODUCER, ATTR_SPLIT, PRODUCER_THREADS
 
-REGISTER_FILE = 65536  # 32-bit registers of an SM, all of which one block of the split may hold
-PRODUCER_REGS = 40
-# a producer of a thread-block cluster (tl.cuda.cluster) computes its multicast slice, mask and, persistent, the
-# cluster's tile too: ptxas spilled 32-800 bytes of its loop at 40 registers (two consumer warpgroups, 128x256
-# tiles, 2x1 / 2x2) and 68-600 at 24 (three, 192x192), none at 56 (ptxas 13.0, persistent 4096^3 / 8192^3)
-CLUSTER_PRODUCER_REGS = 56
+REGISTER_FILE = registers.REGISTER_FILE
+
+def register_split(consumers: int, general: bool = False, clustered: bool = False,
+                   acc_regs: int = 0) -> tuple[int, int] | None:
+    """(producer, consumer) registers per thread after ``setmaxnreg`` for ``consumers`` consumer threads and the
+    producer warpgroup, or None when the launch already gives every thread what it may have (one consumer
+    warpgroup: 255 registers). ``general``: the consumers run more than one gemm (attention), so the producer
+    keeps the 24-register minimum (240 each for two consumer warpgroups, as FlashAttention-3 splits them).
+    ``clustered``: a GEMM producer of a thread-block cluster (56 / 224 for two consumer warpgroups, 56 / 152 for
+    three). ``acc_regs``: a consumer thread's accumulator registers; where the consumers' share would not hold
+    them with room to work the producer gives more (``sm90/registers.py``: 32 / 160 for the clustered 192x256
+    t384 GEMM)."""
+    return registers.register_split(consumers, PRODUCER_THREADS, acc_regs, general, clustered)
 
 
-def register_split(consumers: int, general: bool = False, clustered: bool = False) -> tuple[int, int] | None:
-    """(producer, consumer) registers per thread after ``setmaxnreg`` for ``consumers`` consumer threads, or None
-    when the launch already gives every thread what it may have (one consumer warpgroup: 255 registers).
-    ``general``: the consumers run more than one gemm (attention: two accumulators and the softmax), so the
-    producer, whose loop only computes coordinates, keeps the 24-register minimum and the consumers get the rest
-    (240 each for two consumer warpgroups, as FlashAttention-3 splits them). ``clustered``: a GEMM producer of a
-    thread-block cluster (``CLUSTER_PRODUCER_REGS``: 56 / 224 for two consumer warpgroups, 56 / 152 for three)."""
-    total = consumers + PRODUCER_THREADS
-    at_launch = min(255, REGISTER_FILE // total) // 8 * 8
-    if consumers < 256:
-        return None
-    producer = PRODUCER_REGS if consumers <= 256 and not general else 24
-    if clustered and not general:
-        producer = CLUSTER_PRODUCER_REGS
-    consumer = min(256, (at_launch * total - producer * PRODUCER_THREADS) // consumers // 8 * 8)
-    return (producer, consumer) if consumer > at_launch else None
+def _accumulator_regs(func: tirx.PrimFunc) -> int:
+    """Registers per thread of the kernel's largest wgmma accumulator fragment (0 when it has none)."""
+    return max((lay.num_regs for lay in layouts_of(func).values() if lay.kind == "wgmma"), default=0)
 
 
 def _retarget_syncs(node: Any, named: Any) -> Any:
@@ -75,6 +70,8 @@ def warp_specialize_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT) -> 
     except ValueError:
         return func
     found: list[int] = []
+    notes: list[str] = []
+    acc = _accumulator_regs(func)
 
     def split(s: Any) -> Any:
         if str(s.attr_key) != ATTR_SPLIT:
@@ -90,7 +87,14 @@ def warp_specialize_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT) -> 
             consumer = gemm_pingpong.finish(attrs[ATTR_CONSUMER], tid)
         else:
             consumer = _retarget_syncs(parts[ATTR_CONSUMER], extern(f"tl::named_barrier_sync<1, {threads}>"))
-        regs = register_split(threads, general, mark == 2) if options[PassConfigKey.TL_CUDA_SETMAXNREG] else None
+        regs = register_split(threads, general, mark == 2, acc) if options[PassConfigKey.TL_CUDA_SETMAXNREG] \
+            else None
+        total = threads + PRODUCER_THREADS
+        if regs is not None and regs != register_split(threads, general, mark == 2):  # the accumulators moved it
+            notes.append(f"warp specialisation: setmaxnreg {regs[0]} registers per producer thread, {regs[1]} per "
+                         f"consumer thread ({threads // 128} consumer warpgroup(s) + the producer, "
+                         f"{registers.entry_registers(total)} each at launch; accumulators: {acc} per consumer "
+                         "thread, so the producer keeps less than its usual share)")
         prod = [tirx.IfThenElse(tirx.EQ(tid, tirx.IntImm("int32", threads)), producer, None)]
         cons = [consumer]
         if regs is not None:
@@ -113,4 +117,5 @@ def warp_specialize_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT) -> 
 
     body = tvm_ffi.structural_map(body, [(tirx.For, thread_loop)])
     launch = func.attrs[ATTR_LAUNCH]
-    return func.with_body(body).with_attr(ATTR_LAUNCH, {"grid": list(launch["grid"]), "threads": total})
+    out = func.with_body(body).with_attr(ATTR_LAUNCH, {"grid": list(launch["grid"]), "threads": total})
+    return add_notes(out, notes)
