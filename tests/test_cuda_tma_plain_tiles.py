@@ -51,6 +51,20 @@ SM90 = {"kind": "cuda", "arch": "sm_90a"}
 VARIANTS = {v.name: v for v in dv.VARIANTS}
 
 
+def emulate_plain_loads_against_torch(func: Any, M: int, N: int, K: int, nv: int, seed: int) -> None:
+    """Run ``gemm_with_plain_loads(M, N, K, ku=K, nv=nv)`` in the emulator on random inputs (three k-steps of 64; the
+    last boxes zero-filled past the ends) and check C, the Vv row sums and the U sums against torch."""
+    g = torch.Generator().manual_seed(seed)
+    a, b = torch.randn(M, K, generator=g).half(), torch.randn(K, N, generator=g).half()
+    vv = torch.randn(nv, generator=g)
+    u = torch.randint(0, 256, (M, K), generator=g, dtype=torch.uint8)
+    c, vs, us = torch.full((M, N), float("nan")), torch.full((64,), float("nan")), torch.full((M, 64), float("nan"))
+    Emulator(func, "sm_90a", PLAIN).run([a, b, vv, u, c, vs, us])
+    torch.testing.assert_close(vs, torch.cat([vv, torch.zeros(3 * 64 - nv)]).view(3, 64).sum(0))
+    torch.testing.assert_close(us, torch.cat([u.float(), torch.zeros(M, 3 * 64 - K)], 1).view(M, 3, 64).sum(1))
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+
+
 def gemm_with_plain_loads(M: int, N: int, K: int, vl: int = 64, vdt: str = "float32", uk: int = 64,
                           udt: str = "uint8", ku: int | None = None, layout: str = "", nv: int | None = None,
                           in_place: bool = False) -> Any:
@@ -220,16 +234,7 @@ def test_emulated_1d_and_uint8_boxes_match_torch():
     assert "tl::tma_load_1d" not in text and "tl::cp_async" not in text
     assert [m for m in _maps(_lowered(func, PLAIN)) if m["param"] == "Vv"] == [
         {"param": "Vv", "dtype": "float32", "dims": [K, 1], "box": [64, 1], "swizzle": 0}]
-    g = torch.Generator().manual_seed(5)
-    a, b = torch.randn(M, K, generator=g).half(), torch.randn(K, N, generator=g).half()
-    vv = torch.randn(K, generator=g)
-    u = torch.randint(0, 256, (M, K), generator=g, dtype=torch.uint8)
-    c, vs, us = torch.full((M, N), float("nan")), torch.full((64,), float("nan")), torch.full((M, 64), float("nan"))
-    Emulator(func, "sm_90a", PLAIN).run([a, b, vv, u, c, vs, us])
-    pad = 3 * 64 - K
-    torch.testing.assert_close(vs, torch.cat([vv, torch.zeros(pad)]).view(3, 64).sum(0))
-    torch.testing.assert_close(us, torch.cat([u.float(), torch.zeros(M, pad)], 1).view(M, 3, 64).sum(1))
-    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+    emulate_plain_loads_against_torch(func, M, N, K, K, seed=5)
 
 
 def _expecting(func: Any, less: int) -> Any:

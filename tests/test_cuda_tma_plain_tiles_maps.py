@@ -29,7 +29,7 @@ from tilelang_core.transform.cuda.sm90.tma import TmaMap, checked
 sys.path.insert(0, str(Path(__file__).parent))
 
 from cuda_emulator import EmulationError, Emulator  # noqa: E402
-from test_cuda_tma_plain_tiles import gemm_with_plain_loads  # noqa: E402
+from test_cuda_tma_plain_tiles import emulate_plain_loads_against_torch, gemm_with_plain_loads  # noqa: E402
 
 PLAIN = {"tl.cuda.tma_plain_tiles": True}
 SM90 = {"kind": "cuda", "arch": "sm_90a"}
@@ -136,15 +136,7 @@ def test_emulated_ragged_1d_tensor_whose_bytes_are_no_multiple_of_16_matches_tor
     assert _maps(lowered)["Vv"]["dims"] == [nv, 1] and "tl::cp_async" not in lowered.script()
     assert not any("keep cp.async" in n for n in tilelang.compile(func, out_idx=[4, 5, 6], target=SM90,
                                                             pass_configs=PLAIN).notes)
-    g = torch.Generator().manual_seed(7)
-    a, b = torch.randn(M, K, generator=g).half(), torch.randn(K, N, generator=g).half()
-    vv = torch.randn(nv, generator=g)
-    u = torch.randint(0, 256, (M, K), generator=g, dtype=torch.uint8)
-    c, vs, us = torch.full((M, N), float("nan")), torch.full((64,), float("nan")), torch.full((M, 64), float("nan"))
-    Emulator(func, "sm_90a", PLAIN).run([a, b, vv, u, c, vs, us])
-    torch.testing.assert_close(vs, torch.cat([vv, torch.zeros(3 * 64 - nv)]).view(3, 64).sum(0))
-    torch.testing.assert_close(us, torch.cat([u.float(), torch.zeros(M, 3 * 64 - K)], 1).view(M, 3, 64).sum(1))
-    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+    emulate_plain_loads_against_torch(func, M, N, K, nv, seed=7)
 
 
 def test_the_emulator_reports_a_map_the_driver_would_refuse():
