@@ -144,8 +144,12 @@ def test_kept_gemm_twins_take_their_option_and_dropped_ones_are_refused_by_the_c
         assert any(n.startswith(f"cluster: {shape[0]}x{shape[1]} blocks") for n in notes), notes
     notes = _notes(_gemm_lowered(_first(cands, "tl.cuda.gemm_pingpong", where=sq)))
     assert any(n.startswith("gemm ping-pong: 2 consumer warpgroups") for n in notes), notes
-    seen = _gemm_lowered(_first(cands, "tl.cuda.tma_store", where=sq))
+    twin = _first(cands, "tl.cuda.tma_store", False, where=sq)  # on by default: the twin is the register epilogue
+    seen = _gemm_lowered(twin)
     maps = json.loads(str(list(seen.values())[-1].attrs["tl.tma_maps"]))
+    assert not any(m.get("store") for m in maps), maps
+    base = {**twin, PASS_CONFIGS: {k: v for k, v in _pcs(twin).items() if k != "tl.cuda.tma_store"}}
+    maps = json.loads(str(list(_gemm_lowered(base).values())[-1].attrs["tl.tma_maps"]))
     assert any(m["param"] == "C" and m.get("store") for m in maps), maps
     # the predicted refusals are the compiler's
     no_ws = _first(cands, "tl.cuda.cluster", [2, 1], kept=False,
@@ -171,12 +175,18 @@ def test_a_split_k_grid_gets_cluster_and_tma_store_twins_only_with_split_k_off()
             assert not c.kept and "split-K" in c.reason, c
         elif c.kept:
             assert split in (None, 1), c
-    split = _first(cands, "tl.cuda.tma_store", kept=False, where=lambda c: _pcs(c).get("tl.cuda.split_k") == 2)
-    notes = _notes(_gemm_lowered(split, M=16, N=2048, K=8192))
-    assert any("keeps register stores" in n for n in notes), notes
-    off = _first(cands, "tl.cuda.tma_store", where=lambda c: _pcs(c).get("tl.cuda.split_k") == 1)
-    seen = _gemm_lowered(off, M=16, N=2048, K=8192)
+    def without_twin_key(c: dict) -> dict:  # the twin's base configuration: tl.cuda.tma_store at its default (on)
+        return {**c, PASS_CONFIGS: {k: v for k, v in _pcs(c).items() if k != "tl.cuda.tma_store"}}
+
+    split = _first(cands, "tl.cuda.tma_store", False, kept=False,
+                   where=lambda c: _pcs(c).get("tl.cuda.split_k") == 2)
+    notes = _notes(_gemm_lowered(without_twin_key(split), M=16, N=2048, K=8192))
+    assert any("keeps register stores" in n for n in notes), notes  # the default already does: the twin is dropped
+    off = _first(cands, "tl.cuda.tma_store", False, where=lambda c: _pcs(c).get("tl.cuda.split_k") == 1)
+    seen = _gemm_lowered(without_twin_key(off), M=16, N=2048, K=8192)
     assert '"store": true' in str(list(seen.values())[-1].attrs["tl.tma_maps"]), _notes(seen)
+    seen = _gemm_lowered(off, M=16, N=2048, K=8192)
+    assert '"store": true' not in str(list(seen.values())[-1].attrs["tl.tma_maps"]), _notes(seen)
 
 
 @needs_nvcc
@@ -215,7 +225,9 @@ def test_attention_overlap_twins_have_a_producer_warpgroup_and_take_the_overlap(
 
 @pytest.mark.parametrize("M", [16, 128])
 def test_the_dequant_space_twins_take_their_options_and_the_dropped_ones_would_not(M):
-    v = dequant_variants.VARIANTS[0]  # the int4 example, block_K 256
+    # block_K 256, high nibble first: a spelling the W4A16 recogniser does not take, so the defaults are the
+    # fragments (decode) and wgmma on the written tile (prefill)
+    v = next(x for x in dequant_variants.VARIANTS if x.name == "hi_first")
     N, K = 1024, 1024
 
     def text(cfg: dict) -> tuple[str, list[str], int]:
@@ -229,21 +241,23 @@ def test_the_dequant_space_twins_take_their_options_and_the_dropped_ones_would_n
     for c in cands:
         src, notes, threads = text(c.config)
         pcs = _pcs(c.config)
-        if not pcs:
-            assert "gemm_rb_step" not in src and "tl::wgmma_gemm" not in src
-        if pcs.get("tl.cuda.dequant_fragments"):
-            assert ("tl::gemm_rb_step<" in src) == c.kept, (c, notes)
-        if pcs.get("tl.cuda.wgmma_written_tiles"):
+        if not pcs:  # the defaults
+            assert ("tl::gemm_rb_step<" in src) == (M <= 16) and ("tl::wgmma_gemm" in src) == (M > 16), (c, notes)
+        if pcs.get("tl.cuda.dequant_fragments") is False:  # the twin keeps the shared tile; where dropped, so would
+            assert "tl::gemm_rb_step<" not in src, (c, notes)  # the default have
+        if pcs.get("tl.cuda.wgmma_written_tiles") is False:
+            assert "tl::wgmma_gemm" not in src, (c, notes)
+        if pcs.get("tl.cuda.tma_plain_tiles"):
             assert ("tl::wgmma_gemm" in src) == c.kept or "warp specialisation" in c.reason, (c, notes)
             if "tl::wgmma_gemm" in src:
-                assert ("tma_load" in src) == bool(pcs.get("tl.cuda.tma_plain_tiles")), (c, notes)
+                assert "tma_load" in src, (c, notes)
         if "warp specialisation" in c.reason:  # the compiler does not specialise this loop anyway
             assert threads == c.config["threads"] and "ws_keep_occupancy" in " ".join(text(
                 _without(c.config, ("tl.disable_warp_specialized",)))[1])
     kinds = {tuple(sorted(_pcs(c.config))) for c in cands if c.kept}
     assert kinds == ({(), ("tl.cuda.dequant_fragments",)} if M <= 16 else
-                     {(), ("tl.cuda.wgmma_written_tiles",), ("tl.cuda.tma_plain_tiles", "tl.cuda.wgmma_written_tiles"),
-                      ("tl.cuda.tma_plain_tiles", "tl.cuda.wgmma_written_tiles", "tl.disable_warp_specialized")})
+                     {(), ("tl.cuda.wgmma_written_tiles",), ("tl.cuda.tma_plain_tiles",),
+                      ("tl.cuda.tma_plain_tiles", "tl.disable_warp_specialized")})
 
 
 # -- records: a twin's pass_configs are its identity ----------------------------------------------------------------

@@ -555,10 +555,16 @@ def test_wide_m_tiles_keep_the_weights_in_shared_memory(tmp_path):
 
 @needs_nvcc
 def test_w4a16_fusion_can_be_switched_off(tmp_path):
+    # the recogniser off: the general producer fusion (tl.cuda.dequant_fragments, on by default) takes the example
     art = _build(dequant_gemm.dequant_gemm, (16, 1024, 1024, 128), {"dtype": "float16"}, tmp_path,
                  pass_configs={"tl.cuda.fuse_dequant": False})
     src = (tmp_path / art.sources["cuda"]).read_text()
-    assert "gemm_dq4" not in src and "tl::gemm_ss<" in src
+    assert "gemm_dq4" not in src and "tl::gemm_rb_step<" in src
+    (tmp_path / "shared").mkdir()
+    art = _build(dequant_gemm.dequant_gemm, (16, 1024, 1024, 128), {"dtype": "float16"}, tmp_path / "shared",
+                 pass_configs={"tl.cuda.fuse_dequant": False, "tl.cuda.dequant_fragments": False})
+    src = (tmp_path / "shared" / art.sources["cuda"]).read_text()
+    assert "gemm_dq4" not in src and "gemm_rb_step" not in src and "tl::gemm_ss<" in src
 
 
 def _build_split_k_decode(tmp_path, compile_cubin: bool = True, pass_configs=None):

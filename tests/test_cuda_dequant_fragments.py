@@ -32,7 +32,9 @@ sys.path.insert(0, str(ROOT / "bench" / "gpu"))
 import dequant_variants as dv  # noqa: E402
 from cuda_emulator import emulate  # noqa: E402
 
-ON = {"tl.cuda.dequant_fragments": True}
+# the general path alone: the W4A16 recogniser (run first by default) would take the example's own spelling
+ON = {"tl.cuda.dequant_fragments": True, "tl.cuda.fuse_dequant": False}
+OFF = {"tl.cuda.dequant_fragments": False}
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found: the CUDA compile tests need it")
 
 
@@ -109,7 +111,7 @@ def test_the_decoded_tile_is_gone_no_shared_stores_no_ldmatrix_no_barrier_betwee
 
 
 @needs_nvcc
-def test_with_the_option_on_the_recogniser_does_not_take_the_example():
+def test_with_the_recogniser_off_the_fragments_take_the_example():
     v = variant("example_bk256")
     off = dv.compile_variant(v, 16, 1024, 1024, None, target={"kind": "cuda", "arch": "sm_90a"})
     on = dv.compile_variant(v, 16, 1024, 1024, ON, target={"kind": "cuda", "arch": "sm_90a"})
@@ -117,11 +119,21 @@ def test_with_the_option_on_the_recogniser_does_not_take_the_example():
     assert "tl::gemm_dq4" not in on.get_kernel_source() and "tl::gemm_rb_step<" in on.get_kernel_source()
 
 
-def test_the_option_is_off_by_default_and_part_of_the_cache_key():
-    assert resolve(None)["tl.cuda.dequant_fragments"] is False
-    assert resolve(ON).key() != resolve(None).key()
-    src = str(_lowered(dv.program(variant("hi_first"), 16, 256, 512, **dv.tiles(16, variant("hi_first"))), {}))
-    assert "gemm_rb_step" not in src
+def test_the_option_is_on_by_default_and_part_of_the_cache_key():
+    assert resolve(None)["tl.cuda.dequant_fragments"] is True
+    assert resolve(OFF).key() != resolve(None).key()
+    prog = dv.program(variant("hi_first"), 16, 256, 512, **dv.tiles(16, variant("hi_first")))
+    assert "gemm_rb_step" in str(_lowered(prog, {}))  # a variant the recogniser does not take: fragments
+    assert "gemm_rb_step" not in str(_lowered(prog, OFF))
+
+
+@needs_nvcc
+def test_by_default_the_recogniser_keeps_its_spelling_and_the_fragments_take_the_others():
+    target = {"kind": "cuda", "arch": "sm_90a"}
+    example = dv.compile_variant(variant("example_bk256"), 16, 1024, 1024, None, target=target).get_kernel_source()
+    assert "tl::gemm_dq4" in example and "gemm_rb_step" not in example
+    bf16 = dv.compile_variant(variant("bf16"), 16, 1024, 1024, None, target=target).get_kernel_source()
+    assert "tl::gemm_dq4" not in bf16 and "tl::gemm_rb_step<" in bf16
 
 
 def _plain_gemm(M=64, N=64, K=64):
@@ -163,9 +175,9 @@ def _decoded_twice(M=16, N=64, K=64):
     return main
 
 
-def test_a_kernel_without_a_producer_nest_says_there_is_nothing_to_compute_in_registers():
-    notes = read_notes(_lowered(_plain_gemm(), ON))
-    assert any("tl.cuda.dequant_fragments: no T.gemm reads a B tile" in n for n in notes), notes
+def test_a_kernel_without_a_producer_nest_gets_no_fragments_note():
+    # on by default, the option has nothing to say about a GEMM whose tiles are all copies
+    assert not any("dequant_fragments" in n for n in read_notes(_lowered(_plain_gemm(), ON)))
     assert not any("dequant_fragments" in n for n in read_notes(_lowered(_plain_gemm(), {})))
 
 
@@ -178,9 +190,13 @@ def test_a_decoded_tile_read_elsewhere_stays_in_shared_memory_with_a_note():
 
 def test_prefill_tiles_with_several_warp_rows_keep_the_shared_tile_with_a_note():
     v = variant("hi_first")  # 128 x 64 x 128 tiles, 256 threads: 4 warp rows would each decode the same weights
-    f = _lowered(dv.program(v, 128, 256, 512, **dv.tiles(128, v)), ON)
+    prog = dv.program(v, 128, 256, 512, **dv.tiles(128, v))
+    f = _lowered(prog, {**ON, "tl.cuda.wgmma_written_tiles": False})  # the mma.sync path
     notes = read_notes(f)
     assert any("spread over 4 warps along M" in n for n in notes), notes
+    assert "gemm_rb_step" not in str(f)
+    f = _lowered(prog, {})  # by default such a tile takes wgmma (tl.cuda.wgmma_written_tiles), which the note says
+    assert any("B fragments are not computed" in n and "(wgmma)" in n for n in read_notes(f)), read_notes(f)
     assert "gemm_rb_step" not in str(f)
 
 

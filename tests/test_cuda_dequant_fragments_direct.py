@@ -29,7 +29,8 @@ sys.path.insert(0, str(ROOT / "bench" / "gpu"))
 import dequant_variants as dv  # noqa: E402
 from cuda_emulator import emulate  # noqa: E402
 
-DIRECT = {"tl.cuda.dequant_fragments": True, "tl.cuda.dequant_fragments_direct": True}
+DIRECT = {"tl.cuda.dequant_fragments": True, "tl.cuda.dequant_fragments_direct": True,
+          "tl.cuda.fuse_dequant": False}  # the general path alone: the recogniser would take the example's spelling
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found: the CUDA compile tests need it")
 
 
@@ -179,5 +180,5 @@ def test_a_packed_tile_whose_tensor_is_accessed_before_the_nest_stays_in_shared_
 
 def test_the_option_is_off_by_default_and_part_of_the_cache_key():
     assert resolve(None)["tl.cuda.dequant_fragments_direct"] is False
-    on = {"tl.cuda.dequant_fragments": True}
+    on = {"tl.cuda.dequant_fragments": True, "tl.cuda.fuse_dequant": False}
     assert resolve(DIRECT).key() != resolve(on).key()

@@ -92,7 +92,6 @@ def test_the_key_is_validated_and_in_the_cache_key():
     ((512, 512, 256, 128, 128, 64, 3, 256, "float16"), PERSIST, "threads=256: each consumer warpgroup"),
     (GEMM, {"tl.cuda.persistent": -1}, "not persistent"),
     ((256, 256, 256, 128, 128, 64, 3, 128, "float16"), None, "not persistent"),  # 4 tiles, 132 blocks
-    (GEMM, {**PERSIST, "tl.cuda.tma_store": True}, "tl.cuda.tma_store"),
     (GEMM, {**PERSIST, "tl.cuda.cluster": (2, 1)}, "tl.cuda.cluster is on"),
     (GEMM, {**PERSIST, "tl.disable_warp_specialized": True}, "no warp-specialised TMA wgmma GEMM loop"),
 ])
@@ -101,6 +100,13 @@ def test_where_it_does_not_apply_a_note_says_why(args, configs, why):
     mine = [n for n in notes if "tl.cuda.gemm_pingpong not applied" in n]
     assert len(mine) == 1 and why in mine[0], notes
     assert not any(n.startswith("gemm ping-pong") for n in notes)
+
+
+def test_the_tma_store_epilogue_on_by_default_yields_to_the_ping_pong_and_says_so():
+    notes = _notes(GEMM, {**ON, **PERSIST})
+    assert any(n.startswith("gemm ping-pong") for n in notes), notes
+    assert any("keeps register stores" in n and "tl.cuda.gemm_pingpong is on" in n for n in notes), notes
+    assert not any("tl.cuda.gemm_pingpong not applied" in n for n in notes), notes
 
 
 def test_an_epilogue_through_shared_memory_keeps_one_consumer_group():

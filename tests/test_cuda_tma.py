@@ -20,9 +20,12 @@ from wgmma_kernels import gemm_t  # noqa: E402
 
 
 def _artifact(tmp_path, args, pass_configs=None, compile_cubin=True):
+    """The loads only: the epilogue keeps its register stores (tl.cuda.tma_store, on by default, would add a store
+    map; tests/test_cuda_tma_store.py checks it)."""
     func = gemm_t.get_program(*args)
     return build_artifact(func, tmp_path, {"kind": "cuda", "arch": "sm_90a"}, _param_specs(func),
-                          _normalize_out_idx([-1], 3), compile_cubin=compile_cubin, pass_configs=pass_configs)
+                          _normalize_out_idx([-1], 3), compile_cubin=compile_cubin,
+                          pass_configs={"tl.cuda.tma_store": False, **(pass_configs or {})})
 
 
 def test_whole_tiles_of_a_pipelined_wgmma_gemm_load_through_tma(tmp_path):

@@ -25,6 +25,7 @@ from test_cuda_wgmma import _cuobjdump  # noqa: E402
 from wgmma_kernels import gemm_t  # noqa: E402
 
 ON = {"tl.cuda.tma_store": True}
+OFF = {"tl.cuda.tma_store": False}
 # the H200 default for the fp16 4096^3 quickstart: two consumer warpgroups, warp-specialised, persistent (512 tiles)
 FLAGSHIP = (4096, 4096, 4096, 128, 256, 64, False, False, 4, 256, "float16")
 
@@ -111,7 +112,7 @@ def test_a_ragged_bf16_gemm_that_is_not_warp_specialised_stages_over_its_dead_pi
     pcs = {"tl.disable_warp_specialized": True}
     art, src = _artifact(tmp_path, args, {**pcs, **ON})
     (tmp_path / "off").mkdir()
-    off, _ = _artifact(tmp_path / "off", args, pcs, compile_cubin=False)
+    off, _ = _artifact(tmp_path / "off", args, {**pcs, **OFF}, compile_cubin=False)
     # the box is clipped at the tensor's 1000 rows and columns: no bounds test in the epilogue
     assert art.extra["cuda"]["tma"][-1] == {"param": "C", "dtype": "bfloat16", "dims": [1000, 1000],
                                             "box": [64, 128], "swizzle": 128, "store": True}
@@ -124,7 +125,7 @@ def test_a_ragged_bf16_gemm_that_is_not_warp_specialised_stages_over_its_dead_pi
 
 def test_with_the_key_off_the_pass_returns_the_kernel_untouched():
     args = (1024, 768, 512, 128, 256, 64, False, False, 4, 256, "float16")
-    off = _lowered(args)
+    off = _lowered(args, OFF)
     assert off["tl.TmaStoreCUDA"].same_as(off["tl.InsertSyncsCUDA"])
     assert not any("TMA stores" in n for n in _notes(off["tl.TmaStoreCUDA"]))
     on = _lowered(args, ON)
@@ -148,7 +149,7 @@ def test_a_warp_specialised_kernel_that_is_not_persistent_stages_its_store_in_th
     # one tile per block: once the consumers' loop is over every stage has landed and been read, so the slab may
     # reuse the stages' bytes (tl.LowerSharedMemoryCUDA scans the consumers' part of the split)
     args = (768, 1024, 512, 192, 256, 64, False, False, 4, 384, "float16")
-    on, off = _lowered(args, ON), _lowered(args)
+    on, off = _lowered(args, ON), _lowered(args, OFF)
     assert '"store": true' in str(on["tl.TmaStoreCUDA"].attrs["tl.tma_maps"]), _notes(on["tl.TmaStoreCUDA"])
     smem = "tl.dyn_smem_bytes"
     assert int(on["tl.LowerSharedMemoryCUDA"].attrs[smem]) == int(off["tl.LowerSharedMemoryCUDA"].attrs[smem])
@@ -190,13 +191,13 @@ def test_a_split_k_epilogue_is_noted_and_compiles_as_before():
 def test_the_key_is_validated_and_part_of_the_cache_key(cache_dir):
     with pytest.raises(ValueError, match=r"pass_configs\['tl.cuda.tma_store'\]: expected True or False, got 1"):
         resolve({"tl.cuda.tma_store": 1})
-    assert resolve(ON).key() != resolve(None).key()
-    assert resolve({"tl.cuda.tma_store": False}).key() == resolve(None).key()
+    assert resolve(OFF).key() != resolve(None).key()
+    assert resolve(ON).key() == resolve(None).key()  # on by default
     from test_pass_configs import scale_kernel
 
     tilelang.jit(out_idx=-1)(scale_kernel)(96, 2.0)
     n = len(entries(cache_dir))
-    k = tilelang.jit(out_idx=-1, pass_configs=ON)(scale_kernel)(96, 2.0)
+    k = tilelang.jit(out_idx=-1, pass_configs=OFF)(scale_kernel)(96, 2.0)
     assert k.cache_status == "compiled" and len(entries(cache_dir)) == n + 1
 
 

@@ -7,7 +7,7 @@
 * generated code: the backward's 64 element atomics per thread and query tile become 32 ``tl::atomic_add_v2``
   (SASS: 32 ``REDG.E.ADD.F32x2``, no scalar ``REDG.E.ADD.F32``, registers and spills unchanged); ``T.atomic_addx4``
   at a 4-aligned column becomes ``tl::atomic_add_v4``; an offset the analyzer cannot prove aligned (an odd column
-  base), a float16 destination and sm_80 keep their element atomics; off (the default) changes nothing.
+  base), a float16 destination and sm_80 keep their element atomics; off (the key False) changes nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from examples import flash_attention_bwd as fb  # noqa: E402
 
 KEY = "tl.cuda.vector_atomics"
 ON = {KEY: True}
+OFF = {KEY: False}
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found (set TILELANG_CORE_NVCC)")
 
 
@@ -139,7 +140,7 @@ def test_atomic_addx_matches_torch_in_the_emulator(n, width):
 @needs_nvcc
 def test_backward_dq_atomics_become_pairs_in_cuda_c_and_sass():
     args = (8, 16, 4096, 128, False, 64, 64, 2, 128, "float16")
-    src_off, k_off = _source(fb.attention_bwd, args)
+    src_off, k_off = _source(fb.attention_bwd, args, cfg=OFF)
     src_on, k_on = _source(fb.attention_bwd, args, cfg=ON)
     assert "tl::atomic_add_v" not in src_off and src_off.count("atomicAdd(") > 0
     assert "atomicAdd(" not in src_on and src_on.count("tl::atomic_add_v2(") == src_off.count("atomicAdd(") // 2

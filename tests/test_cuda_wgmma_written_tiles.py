@@ -27,6 +27,7 @@ import dequant_variants as dv  # noqa: E402
 from cuda_emulator import Emulator, is_close_fraction  # noqa: E402
 
 ON = {"tl.cuda.wgmma_written_tiles": True}
+OFF = {"tl.cuda.wgmma_written_tiles": False}
 VARIANTS = {v.name: v for v in dv.VARIANTS}
 
 
@@ -40,11 +41,13 @@ def _lowered(name: str, pass_configs: dict | None) -> str:
     return cuda_codegen.lower(func, arch="sm_90a", options=resolve(pass_configs))["main"].script()
 
 
-def test_a_gemm_on_a_tile_the_threads_write_keeps_mma_sync_by_default_and_says_why():
-    text = _lowered("hi_first", None)
+def test_a_gemm_on_a_tile_the_threads_write_takes_wgmma_by_default_and_the_key_off_keeps_mma_sync():
+    assert resolve(None)["tl.cuda.wgmma_written_tiles"] is True
+    assert "tl::wgmma_gemm_ss<" in _lowered("hi_first", None)
+    text = _lowered("hi_first", OFF)
     assert "tl::wgmma_gemm" not in text
     kernel = tilelang.compile(_program("hi_first", 128, 128, 512)[1], out_idx=[-1],
-                              target={"kind": "cuda", "arch": "sm_90a"})
+                              target={"kind": "cuda", "arch": "sm_90a"}, pass_configs=OFF)
     assert any("is written by something other than T.copy" in n for n in kernel.notes), kernel.notes
 
 

@@ -112,7 +112,8 @@ K = PassConfigKey
 _NOOP = "accepted for TileLang compatibility; no effect here: "
 OPTIONS: dict[str, Option] = {o.key: o for o in [
     Option(K.TL_DISABLE_TMA_LOWER, "bool", False, "CUDA sm_90: True keeps cp.async for the loads of a T.Pipelined "
-           "loop that could be TMA boxes (whole 2-D tiles into wgmma-layout tiles, completing on mbarriers)"),
+           "loop that could be TMA boxes (whole 2-D tiles into wgmma-layout tiles, completing on mbarriers); the "
+           "epilogue's TMA stores are tl.cuda.tma_store's"),
     Option(K.TL_DISABLE_WARP_SPECIALIZED, "bool", False, "CUDA sm_90: True keeps the TMA loads of a T.Pipelined "
            "wgmma GEMM loop on one of the program's threads, with a __syncthreads per k-step, instead of a producer "
            "warpgroup (128 more threads) handing stages to the program's warpgroups on mbarriers"),
@@ -186,34 +187,36 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "swizzle: a float32 LSE row, a uint8 packed-weight tile) becomes a TMA box too (SWIZZLE_NONE, 1-D and "
            "2-D tiles; float32/int32/int8/uint8/fp16/bf16/fp8), instead of keeping the whole loop on cp.async; "
            "off by default until measured on the H200 (transform/cuda/sm90/tma.py, docs/cuda.md)"),
-    Option(K.TL_CUDA_TMA_STORE, "bool", False, "CUDA sm_90a, a wgmma GEMM whose T.copy writes the whole "
+    Option(K.TL_CUDA_TMA_STORE, "bool", True, "CUDA sm_90a, a wgmma GEMM whose T.copy writes the whole "
            "accumulator tile into a 2-D float16/bfloat16 tensor (rows a multiple of 16 bytes): the tile goes out "
            "through a swizzled shared staging ring and TMA stores (cp.async.bulk.tensor, ragged edges clipped by "
-           "the tensor map), issued by one thread, instead of each thread's register stores; off by default until "
-           "measured on the H200 (transform/cuda/sm90/tma_store.py; why a kernel keeps register stores is noted)"),
+           "the tensor map), issued by one thread, instead of each thread's register stores (1.03-1.10x on the "
+           "H200's square GEMMs, BENCHMARKS.md); False keeps the register stores; yields to tl.cuda.gemm_pingpong "
+           "(transform/cuda/sm90/tma_store.py; why a wgmma GEMM keeps register stores is noted)"),
     Option(K.TL_CUDA_CLUSTER, "cluster", (1, 1, 1), "CUDA sm_90a, a warp-specialised TMA wgmma GEMM loop: launch "
            "the grid in thread-block clusters of this shape ((2, 1): pairs of blocks along blockIdx.x) and load "
            "each operand tile the cluster's blocks share once, TMA-multicast into every block's shared memory "
            "(each block loads a slice); (1, 1, 1) is off; off by default until measured on the H200 "
            "(transform/cuda/sm90/cluster.py; why a kernel is not clustered is noted)"),
-    Option(K.TL_CUDA_WGMMA_WRITTEN_TILES, "bool", False, "CUDA sm_90a: a T.gemm whose shared A or B tile is "
+    Option(K.TL_CUDA_WGMMA_WRITTEN_TILES, "bool", True, "CUDA sm_90a: a T.gemm whose shared A or B tile is "
            "written by the program's threads (a T.Parallel nest such as a weight dequantisation, a T.fill) takes "
-           "wgmma too, the writes going to the wgmma swizzled layout; False keeps mma.sync for such tiles; off by "
-           "default until measured on the H200 (docs/cuda.md, the dequantised prefill)"),
-    Option(K.TL_CUDA_DEQUANT_FRAGMENTS, "bool", False, "CUDA, mma.sync: a T.gemm whose B tile is written by the "
+           "wgmma too, the writes going to the wgmma swizzled layout (faster on the H200's dequantised prefill, "
+           "BENCHMARKS.md); False keeps mma.sync for such tiles (docs/cuda.md, the dequantised prefill)"),
+    Option(K.TL_CUDA_DEQUANT_FRAGMENTS, "bool", True, "CUDA, mma.sync: a T.gemm whose B tile is written by the "
            "T.Parallel nest just before it (any elementwise decode of packed weights) and read by nothing else: each "
            "thread computes its B fragments from the nest's expression in registers, the tile is not materialised "
-           "(tl.DequantFragmentsCUDA; the recogniser tl.FuseDequantGemmCUDA is then not run); off until measured on "
-           "a GPU"),
+           "(tl.DequantFragmentsCUDA; 2-3x faster than the shared-tile decode on the H200, BENCHMARKS.md); the W4A16 "
+           "recogniser (tl.cuda.fuse_dequant) runs first and keeps the one spelling it takes; False decodes into "
+           "the shared tile"),
     Option(K.TL_CUDA_DEQUANT_FRAGMENTS_DIRECT, "bool", False, "CUDA, with tl.cuda.dequant_fragments: a packed tile "
            "the fused nest reads that is only a whole-tile T.copy of global memory is not staged in shared memory: "
            "each lane loads its packed run straight from the global tensor (bounds-guarded, zeros outside, as the "
            "copy was); off until measured on a GPU"),
-    Option(K.TL_CUDA_VECTOR_ATOMICS, "bool", False, "CUDA sm_90+: 2 or 4 adjacent float32 element atomics "
+    Option(K.TL_CUDA_VECTOR_ATOMICS, "bool", True, "CUDA sm_90+: 2 or 4 adjacent float32 element atomics "
            "(T.atomic_add of a fragment, T.atomic_addx2/x4) into consecutive, provably 8/16-byte aligned elements "
            "of one global tensor under the same guard become one red.global.add.v2/v4.f32 (half / a quarter of "
-           "the RED instructions; the flash-attention backward's dQ); off until measured on the H200 "
-           "(transform/cuda/vector_atomics_cuda.py, docs/cuda.md)"),
+           "the RED instructions; the flash-attention backward's dQ, faster on the H200: BENCHMARKS.md); False "
+           "keeps one atomicAdd per element (transform/cuda/vector_atomics_cuda.py, docs/cuda.md)"),
     Option(K.TL_CUDA_COMPILER, "choice", "auto", "CUDA: what turns CUDA C into a cubin: 'nvcc', 'nvrtc' (the CUDA "
            "Python bindings) or 'auto' (nvcc when found, else NVRTC)", choices=("auto", "nvcc", "nvrtc")),
 ]}

@@ -16,12 +16,13 @@ headline) and with ``triton.testing.do_bench``. It also prints which mechanisms 
 Kernels of the generic path that tl.SplitKCUDA split are timed again with ``tl.cuda.split_k=1`` (what split-K
 buys), unless ``--no-split-baseline``.
 
-``--fragments`` also checks and times every variant with ``tl.cuda.dequant_fragments=True`` (the general producer
-fusion: B fragments computed in registers from the decode nest, no decoded shared tile; the row gets the tag
-" fragments"), so one run gives both columns.
-Adding ``--pass-config tl.cuda.dequant_fragments_direct=True`` makes those rows read the packed weights straight
-from global memory (no shared staging of the packed tile; docs/cuda.md, "Producer fusion"); the key has no effect
-on the other rows.
+``tl.cuda.dequant_fragments`` (the general producer fusion: B fragments computed in registers from the decode nest,
+no decoded shared tile) is on by default, after the W4A16 recogniser (``tl.cuda.fuse_dequant``), which keeps the
+one spelling it takes. ``--fragments`` also checks and times every variant with the fusion alone (the recogniser
+off, tag " fragments") and with the fusion off (the shared-tile decode or the recogniser, tag " no fragments"), so
+one run gives the three columns.
+Adding ``--pass-config tl.cuda.dequant_fragments_direct=True`` makes the fused rows read the packed weights straight
+from global memory (no shared staging of the packed tile; docs/cuda.md, "Producer fusion").
 
 ``--space`` checks and times, per variant and shape, every configuration of
 ``tilelang_core.autotune.dequant_space(..., options="hopper")`` instead: the bench's tile at two stage counts, each
@@ -276,8 +277,10 @@ def run_gpu(names: list[str] | None, shapes: list[tuple[int, int, int]], pass_co
             args = inputs(v, M, N, K)
             ref = reference(v, args[0], *args[1:])
             runs: list[tuple[str, dict, dict | None]] = [("", pass_configs, None)]
-            if fragments:  # the general producer fusion (tl.DequantFragmentsCUDA) beside the default path
-                runs.append((" fragments", {**pass_configs, "tl.cuda.dequant_fragments": True}, None))
+            if fragments:  # the general producer fusion alone, and the decode into the shared tile
+                runs.append((" fragments", {**pass_configs, "tl.cuda.dequant_fragments": True,
+                                            "tl.cuda.fuse_dequant": False}, None))
+                runs.append((" no fragments", {**pass_configs, "tl.cuda.dequant_fragments": False}, None))
             if space:  # the tuning space's configurations (the first is the bench's own tile)
                 runs = space_runs(v, M, N, K, pass_configs)
             for tag, cfg, tile in runs:
@@ -304,7 +307,8 @@ def run_gpu(names: list[str] | None, shapes: list[tuple[int, int, int]], pass_co
 def write_sources(dest: Path, names: list[str] | None, shapes: list[tuple[int, int, int]],
                   pass_configs: dict[str, Any], fragments: bool = False) -> None:
     """No GPU: each variant's CUDA C and lowered TIR into ``dest`` (through the CUDA build, nvcc included); with
-    ``fragments`` also each variant with ``tl.cuda.dequant_fragments=True`` (folders ending ``_fragments``)."""
+    ``fragments`` also each variant with the fusion alone (``tl.cuda.fuse_dequant=False``, folders ending
+    ``_fragments``) and without it (``tl.cuda.dequant_fragments=False``, ``_no_fragments``)."""
     from tilelang_core.jit import _normalize_out_idx, _param_specs
     from tilelang_core.jit.cuda import build_artifact
 
@@ -312,7 +316,8 @@ def write_sources(dest: Path, names: list[str] | None, shapes: list[tuple[int, i
         for v in VARIANTS:
             if names and v.name not in names:
                 continue
-            cfgs = [("", pass_configs)] + ([("_fragments", {**pass_configs, "tl.cuda.dequant_fragments": True})]
+            cfgs = [("", pass_configs)] + ([("_fragments", {**pass_configs, "tl.cuda.fuse_dequant": False}),
+                                            ("_no_fragments", {**pass_configs, "tl.cuda.dequant_fragments": False})]
                                            if fragments else [])
             for tag, cfg in cfgs:
                 func = program(v, M, N, K, **tiles(M, v))
@@ -335,8 +340,9 @@ def main() -> None:
     ap.add_argument("--shapes", nargs="+", help="MxNxK")
     ap.add_argument("--pass-config", action="append", default=[], help="KEY=VALUE (a Python literal)")
     ap.add_argument("--source", help="no GPU: write the generated CUDA C of each variant under this folder")
-    ap.add_argument("--fragments", action="store_true", help="also check and time each variant with pass_configs "
-                    "tl.cuda.dequant_fragments=True (B fragments computed in registers from the decode nest)")
+    ap.add_argument("--fragments", action="store_true", help="also check and time each variant with the general "
+                    "producer fusion alone (tl.cuda.fuse_dequant=False) and without it (tl.cuda.dequant_fragments="
+                    "False)")
     ap.add_argument("--space", action="store_true", help="check and time every configuration of "
                     "tilelang_core.autotune.dequant_space(options='hopper') instead (tiles, stages and the keys "
                     "tl.cuda.dequant_fragments / wgmma_written_tiles / tma_plain_tiles where they apply)")

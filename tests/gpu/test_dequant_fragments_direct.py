@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT / "bench" / "gpu"))
 
 import dequant_variants as dv  # noqa: E402
 
-STAGED = {"tl.cuda.dequant_fragments": True}
+STAGED = {"tl.cuda.dequant_fragments": True, "tl.cuda.fuse_dequant": False}
 DIRECT = {**STAGED, "tl.cuda.dequant_fragments_direct": True}
 
 

@@ -39,7 +39,7 @@ def test_tma_gemm_matches_torch_and_the_cp_async_kernel(case):
     kernel = _kernel(case)
     assert kernel.artifact.extra["cuda"]["tma"], kernel.notes
     plain = _kernel(case, {"tl.disable_tma_lower": True})
-    assert not plain.artifact.extra["cuda"]["tma"]
+    assert not [m for m in plain.artifact.extra["cuda"]["tma"] if not m.get("store")]  # the loads: cp.async
     dt = DT[dtype]
     for _ in range(2):  # new tensors: the maps are encoded again
         a = randn(K, M, dtype=dt) if ta else randn(M, K, dtype=dt)

@@ -26,6 +26,7 @@ from wgmma_kernels import gemm_t  # noqa: E402
 
 DT = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 ON = {"tl.cuda.tma_store": True}
+OFF = {"tl.cuda.tma_store": False}
 # split-K off everywhere: a small grid would otherwise split K, and a split-K epilogue (the last block of a tile,
 # in a condition) keeps register stores (noted)
 BASE = {"tl.cuda.split_k": 1}
@@ -74,7 +75,7 @@ def test_tma_store_epilogue_matches_torch_and_the_register_epilogue(case, varian
     M, N, dtype = case[0], case[1], case[10]
     on = _kernel(case, {**VARIANTS[variant], **ON})
     _needs_hopper(on.get_kernel_source("cuda"))
-    off = _kernel(case, VARIANTS[variant])
+    off = _kernel(case, {**VARIANTS[variant], **OFF})
     a, b, ref = _operands(case)
     c = poisoned((M, N), DT[dtype])
     on(a, b, c)
@@ -94,7 +95,7 @@ def test_without_relu_negative_values_go_out_too(dtype):
     assert (c < 0).any()
     tol = 2e-2 if dtype == "bfloat16" else 5e-3
     assert_written_and_close(c, ref.to(DT[dtype]), rtol=tol, atol=tol * 4)
-    assert torch.equal(c, _kernel(case, relu=False)(a, b))
+    assert torch.equal(c, _kernel(case, OFF, relu=False)(a, b))
 
 
 def test_a_ragged_tile_writes_nothing_past_the_tensor():
@@ -128,7 +129,7 @@ def test_an_epilogue_cast_into_a_second_fragment_goes_out_through_tma_stores(dty
     args = (1000, 1000, 512, 128, 256, 64, 4, 256, dtype)
     on = tilelang.jit(out_idx=[-1], target="cuda", pass_configs={**BASE, **ON})(gemm_cast.factory)(*args)
     _needs_hopper(on.get_kernel_source("cuda"))
-    off = tilelang.jit(out_idx=[-1], target="cuda", pass_configs=BASE)(gemm_cast.factory)(*args)
+    off = tilelang.jit(out_idx=[-1], target="cuda", pass_configs={**BASE, **OFF})(gemm_cast.factory)(*args)
     dt = DT[dtype]
     a, b = randn(1000, 512, dtype=dt), randn(512, 1000, dtype=dt)
     c = poisoned((1000, 1000), dt)
@@ -153,7 +154,7 @@ def test_a_program_staging_its_epilogue_in_shared_memory_stores_that_tile_throug
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("TMA stores need an sm_90 GPU")
     assert "tl::tma_store_2d(" in src
-    off = tilelang.jit(out_idx=[-1], target="cuda", pass_configs={**BASE, **pcs})(gemm_via_shared.factory)(
+    off = tilelang.jit(out_idx=[-1], target="cuda", pass_configs={**BASE, **pcs, **OFF})(gemm_via_shared.factory)(
         M, N, K, 128, bn, 64, 3, threads)
     a, b = randn(M, K, dtype=torch.float16), randn(K, N, dtype=torch.float16)
     c = poisoned((M, N), torch.float16)

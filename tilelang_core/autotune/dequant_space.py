@@ -1,17 +1,19 @@
 """The tuning space of the dequantising GEMM (``C = A @ dequant(B)^T``, the weight decode an ordinary ``T.Parallel``
-nest: ``bench/gpu/dequant_variants.py``'s programs) on NVIDIA GPUs: its tiles and the compiler options of issue 17
-that are off by default and not yet measured on a GPU.
+nest: ``bench/gpu/dequant_variants.py``'s programs) on NVIDIA GPUs: its tiles and the compiler options of issue 17,
+each as a twin at the value that is not its default.
 
 Why this module exists: those options are not factory arguments but ``pass_configs``, and which of them a kernel
 can take depends on its tile:
 
-* ``tl.cuda.dequant_fragments`` (B fragments computed in registers from the decode nest) is a rule over an
-  ``mma.sync`` gemm whose warps form one row along M (else every warp row would decode the same fragments): the
-  decode tiles, not the prefill's; on sm_80, and on sm_90a as long as the written tile keeps mma.sync;
-* ``tl.cuda.wgmma_written_tiles`` (the written B tile on wgmma) needs a tile wgmma takes (64 rows per warpgroup:
-  not the decode's 16);
-* ``tl.cuda.tma_plain_tiles`` (the packed weight tile, a plain uint8/int8 tile, as a TMA box) changes only a loop
-  whose loads become TMA, i.e. one that fills a wgmma tile, so it comes with ``wgmma_written_tiles``, with and
+* ``tl.cuda.dequant_fragments`` (B fragments computed in registers from the decode nest; on by default) is a rule
+  over an ``mma.sync`` gemm whose warps form one row along M (else every warp row would decode the same
+  fragments): the decode tiles, not the prefill's. Its twin ``False`` (the decode into the shared tile) is kept
+  where the default takes the fragments;
+* ``tl.cuda.wgmma_written_tiles`` (the written B tile on wgmma; on by default) needs a tile wgmma takes (64 rows
+  per warpgroup: not the decode's 16). Its twin ``False`` (mma.sync on the shared tile) is kept where the default
+  takes wgmma: the prefill tiles on sm_90a;
+* ``tl.cuda.tma_plain_tiles`` (the packed weight tile, a plain uint8/int8 tile, as a TMA box; off by default)
+  changes only a loop whose loads become TMA, i.e. one that fills a wgmma tile (the default's prefill), with and
   without the producer warpgroup (``tl.disable_warp_specialized``: the register split ptxas ignores there, C7508);
   the latter only where the compiler would specialise (the loop's shared memory, counted with ``weight_bits`` per
   packed weight, leaves room for one block per SM).
@@ -20,7 +22,8 @@ The fragments and wgmma are alternatives for the same gemm, never combined. Tile
 from what was measured): decode (``M <= 16``) 16 x 128 x ``block_K`` on 128 threads, 4 stages (3 too); prefill
 128 x 64 x ``min(block_K, 128)`` on 256 threads, 3 stages (2 too). Without ``options`` the space is those tiles
 only; ``options="hopper"`` (or some of ``"dequant_fragments"``, ``"wgmma_written_tiles"``, ``"tma_plain_tiles"``)
-adds the keys' twins; on sm_80 only the fragments apply.
+adds the keys' twins; on sm_80 only the fragments apply. (The W4A16 recogniser, ``tl.cuda.fuse_dequant``, runs
+before the fragments and keeps the one spelling it takes: for that program the fragments twin changes nothing.)
 """
 
 from __future__ import annotations
@@ -70,21 +73,28 @@ def dequant_candidates(target: Any = "cuda", *, M: int, N: int, K: int, block_K:
     out: list[Candidate] = []
     for tile in dequant_tiles(M, block_K):
         out.append(Candidate(dict(tile)))
-        if "dequant_fragments" in names:
-            frag = {**tile, PASS_CONFIGS: {KEY_FRAGMENTS: True}}
+        takes_wgmma = hopper and tile["block_M"] >= 64 and tile["threads"] % 128 == 0
+        if "dequant_fragments" in names:  # the twin: the shared-tile decode
+            frag = {**tile, PASS_CONFIGS: {KEY_FRAGMENTS: False}}
             rows = tile["block_M"] // 16  # mma.sync's 16-row steps: more than one is more than one warp row
             out.append(Candidate(frag, "" if rows == 1 else f"dequant_fragments: {rows} warp rows along M would "
-                                                          "each decode the same B fragments"))
+                                                          "each decode the same B fragments, so the default keeps "
+                                                          "the shared tile here already"))
         specialised = lim.smem_per_sm // (loop_smem(tile, weight_bits) + lim.smem_reserved_per_block) < 2
-        wgmma = [{KEY_WRITTEN: True}] if "wgmma_written_tiles" in names else []
+        if "wgmma_written_tiles" in names:  # the twin: mma.sync on the written tile
+            cfg = {**tile, PASS_CONFIGS: {KEY_WRITTEN: False}}
+            out.append(Candidate(cfg, "" if takes_wgmma else "wgmma_written_tiles: the default keeps mma.sync here "
+                                 "already (" + (f"{arch} has no wgmma" if not hopper else
+                                                f"a {tile['block_M']}-row tile on {tile['threads']} threads: wgmma "
+                                                "needs 64 rows per warpgroup") + ")"))
+        wgmma = []
         if "tma_plain_tiles" in names:
-            wgmma += [{KEY_WRITTEN: True, KEY_PLAIN_TILES: True},
-                      {KEY_WRITTEN: True, KEY_PLAIN_TILES: True, KEY_WS_OFF: True}]
+            wgmma += [{KEY_PLAIN_TILES: True}, {KEY_PLAIN_TILES: True, KEY_WS_OFF: True}]
         for pcs in wgmma:
             cfg = {**tile, PASS_CONFIGS: pcs}
             if not hopper:
                 out.append(Candidate(cfg, f"wgmma: {arch} has no wgmma or TMA"))
-            elif tile["block_M"] < 64 or tile["threads"] % 128:
+            elif not takes_wgmma:
                 out.append(Candidate(cfg, f"wgmma: a {tile['block_M']}-row tile on {tile['threads']} threads "
                                           "(wgmma needs 64 rows per warpgroup)"))
             elif KEY_WS_OFF in pcs and not specialised:

@@ -27,15 +27,16 @@ tuner compiles that configuration with (``tl.disable_warp_specialized``, ``tl.cu
 ``tl.cuda.split_k``; see :func:`~.workers.compile_config`). ``threads`` is the program's thread count: the
 consumer warpgroups (1-3); a warp-specialised kernel launches one producer warpgroup more.
 
-``options=`` (sm_90a only; default none, so the space is unchanged unless asked) adds the Hopper options that are
-off by default and not yet measured on a GPU, one key per candidate, as twins of the kept configurations where
+``options=`` (sm_90a only; default none, so the space is unchanged unless asked) adds the Hopper options whose value
+is not the default, one key per candidate, as twins of the kept configurations where
 the compiler would take the option (predicted from the rule its pass applies; a twin it would refuse is dropped
 with the reason): ``"cluster"`` (``tl.cuda.cluster`` (2, 1) and (1, 2), full level (2, 2) too: warp-specialised,
 not split-K, a grid of at least the cluster's blocks along each axis that the cluster rounds up by at most
 :data:`QUICK_PADDING`, the accumulator within the clustered register split), ``"gemm_pingpong"``
 (``tl.cuda.gemm_pingpong``: ``threads=128``, warp-specialised and persistent, the accumulator within ``setmaxnreg``
-232) and ``"tma_store"`` (``tl.cuda.tma_store``: not split-K, output rows a multiple of 16 bytes, a persistent
-kernel's staging slab fitting beside its ring); ``options="hopper"`` is all three. At ``level="quick"`` only the
+232) and ``"tma_store"`` (``tl.cuda.tma_store=False``, the register epilogue: the key is on by default, so the twin
+is kept where the default takes TMA stores: not split-K, output rows a multiple of 16 bytes, a persistent kernel's
+staging slab fitting beside its ring); ``options="hopper"`` is all three. At ``level="quick"`` only the
 deepest ring's configurations get twins. The W4A16 dequantising GEMM's split-K reduction through distributed
 shared memory (``tl.cuda.split_k_reduce="cluster"``, measured slower on the H200) is not this program's path.
 
@@ -233,14 +234,16 @@ def _option_twins(options: tuple[str, ...], cfg: dict[str, Any], M: int, N: int,
     if "tma_store" in options:
         plan, _why = plan_wgmma(bm, bn, bk, dtype, dtype, "float32", threads, 0, (bm, bk), (bk, bn), False, False)
         slab = bm * 128 * (plan.warp_n if plan is not None else 1)  # one 128-byte column block per warpgroup column
+        same = "the default keeps register stores here already"  # the twin (the register epilogue) changes nothing
         if split:
-            yield twin(KEY_TMA_STORE, True, "tma_store: a split-K epilogue keeps register stores")
+            yield twin(KEY_TMA_STORE, False, f"tma_store: a split-K epilogue: {same}")
         elif N * dtype_bytes(dtype) % 16:
-            yield twin(KEY_TMA_STORE, True, "tma_store: output rows not a multiple of 16 bytes")
+            yield twin(KEY_TMA_STORE, False, f"tma_store: output rows not a multiple of 16 bytes: {same}")
         elif persistent and smem_bytes(bm, bn, bk, st, dtype) + slab > smem_limit:
-            yield twin(KEY_TMA_STORE, True, f"tma_store: a {slab}-byte staging slab does not fit beside the ring")
+            yield twin(KEY_TMA_STORE, False, f"tma_store: a {slab}-byte staging slab does not fit beside the ring: "
+                                             f"{same}")
         else:
-            yield twin(KEY_TMA_STORE, True, "")
+            yield twin(KEY_TMA_STORE, False, "")
 
 
 def _sm90_candidates(M: int, N: int, K: int, dtype: str, accum_dtype: str, arch: str,

@@ -98,9 +98,9 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
         ("tl.LowerTileViewsCUDA", lower_tile_views_cuda),
         ("tl.InferFragmentLayoutsCUDA", lambda f: infer_fragment_layouts_cuda(f, arch, opts)),
         ("tl.ApplyLayoutAnnotationsCUDA", apply_layout_annotations_cuda),
-        # tl.cuda.dequant_fragments: the general producer fusion instead of the W4A16 recogniser, after split-K (which
-        # splits the generic form's loop) and before pipelining
-        ("tl.FuseDequantGemmCUDA", lambda f: f if fragments else fuse_dequant_gemm_cuda(f, arch, opts)),
+        # the W4A16 recogniser (tl.cuda.fuse_dequant) first; tl.cuda.dequant_fragments, the general producer fusion,
+        # takes the dequantising gemms it left, after split-K (which splits the generic form's loop), before pipelining
+        ("tl.FuseDequantGemmCUDA", lambda f: fuse_dequant_gemm_cuda(f, arch, opts)),
         ("tl.SplitKCUDA", lambda f: split_k_cuda(f, arch, opts)),
         ("tl.DequantFragmentsCUDA", lambda f: dequant_fragments_cuda(
             f, bool(opts[PassConfigKey.TL_CUDA_DEQUANT_FRAGMENTS_DIRECT])) if fragments else f),

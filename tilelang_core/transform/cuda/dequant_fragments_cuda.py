@@ -32,15 +32,16 @@ value is a bit field of a staged byte (or a whole int8) cast to fp16/bf16 (plus 
 values), both halves are decoded by one word operation in ``half2``/``bfloat162`` (``fragment_pairs.py``). The
 pass takes the first ``D`` of 4, 2 for which the first register qualifies, else ``D = 1``.
 
-Conditions (each refusal is a note at the gemm's line; a kernel where no pair qualifies at all says so): a 2-D
+Conditions (each refusal of a gemm whose B tile a nest writes is a note at the gemm's line): a 2-D
 ``T.Parallel`` nest storing one shared tile at its own loop variables over the whole tile (one-element scalars such
 as ``q = ...`` inlined), followed directly by the ``T.gemm`` that reads that whole tile as B; the tile used by no
 other statement; A a whole 2-D shared tile of the same type (float16 or bfloat16), not transposed; the accumulator a
 float32 fragment in the ``mma`` layout (the mma.sync path: not wgmma) with one warp along M (decode tiles, M = 16:
 with several warp rows each would decode the same weights, where the shared tile decodes each once); the expression
-reads only global or shared tiles and calls only pure operators. ``tl.FuseDequantGemmCUDA`` (the W4A16 recogniser)
-is not run when this option is on, so every dequant gemm goes through this general mechanism (or the generic path,
-with a note).
+reads only global or shared tiles and calls only pure operators. The option is on by default (measured on the
+H200: BENCHMARKS.md, docs/cuda.md); ``tl.FuseDequantGemmCUDA`` (the W4A16 recogniser, ``tl.cuda.fuse_dequant``) runs
+first and keeps the one spelling it takes, still faster there; ``tl.cuda.fuse_dequant=False`` sends that spelling
+here too.
 """
 
 from __future__ import annotations
@@ -570,11 +571,7 @@ def dequant_fragments_cuda(func: tirx.PrimFunc, direct: bool = False) -> tirx.Pr
     ``direct`` (``tl.cuda.dequant_fragments_direct``): packed tiles that only stage global memory are read from it."""
     pass_ = DequantFragmentsCUDA(func, direct)
     out = pass_.run(func)
-    notes = pass_.notes
-    if not pass_.removed and not notes:
-        notes = ["tl.cuda.dequant_fragments: no T.gemm reads a B tile that the T.Parallel nest just before it "
-                 "writes (nothing to compute in registers)"]
-    out = add_notes(out, notes)
+    out = add_notes(out, pass_.notes)  # a kernel with no nest-written B tile has nothing to say
     if not pass_.removed:
         return out
     gone = pass_.removed

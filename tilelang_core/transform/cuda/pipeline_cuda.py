@@ -746,8 +746,7 @@ def pipeline_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT, arch: str 
             pipe.fused_notes.append(note)
         if options[PassConfigKey.TL_CUDA_GEMM_PINGPONG]:  # two consumer warpgroups on alternate tiles
             func, pp_note = gemm_pingpong.lower(func, pipe.ws_loop_var, pipe.tid, pipe.threads, bool(note),
-                                                bool(options[PassConfigKey.TL_CUDA_TMA_STORE]),
-                                                pipe.cluster_plan is not None)
+                                                pipe.cluster_plan is not None)  # tl.TmaStoreCUDA yields to it
             pipe.fused_notes.append(pp_note)
     elif options[PassConfigKey.TL_CUDA_GEMM_PINGPONG]:
         pipe.fused_notes.append("tl.cuda.gemm_pingpong not applied: the kernel has no warp-specialised TMA wgmma "

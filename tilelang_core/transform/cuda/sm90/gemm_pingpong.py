@@ -63,7 +63,7 @@ def _find(s: Any, pred: Any) -> list[Any]:
     return found
 
 
-def why_not(func: Any, k: Any, threads: int, persistent: bool, tma_store: bool) -> str:
+def why_not(func: Any, k: Any, threads: int, persistent: bool) -> str:
     """Why the ping-pong does not apply to ``func`` (after ``persist``), or ""."""
     splits = _find(func.body, lambda x: isinstance(x, tirx.AttrStmt) and str(x.attr_key) == ATTR_SPLIT)
     if len(splits) != 1:
@@ -77,8 +77,6 @@ def why_not(func: Any, k: Any, threads: int, persistent: bool, tma_store: bool) 
     if not persistent:
         return ("the kernel is not persistent (tl.cuda.persistent=-1, or no more output tiles than blocks): the "
                 "warpgroups take turns over a block's walk of tiles")
-    if tma_store:
-        return "tl.cuda.tma_store: the epilogue's staging ring would be shared by both warpgroups"
     tiles = consumer.body
     loops = _find(tiles.body, lambda x: isinstance(x, tirx.For) and x.loop_var.same_as(k)) \
         if isinstance(tiles, tirx.For) else []
@@ -161,11 +159,11 @@ def finish(consumer: Any, tid: Any) -> Any:
     return seq([tirx.Bind(wg, tirx.floordiv(tid, GROUP_THREADS)), body])
 
 
-def lower(func: Any, k: Any, tid: Any, threads: int, persistent: bool, tma_store: bool,
-          clustered: bool) -> tuple[Any, str]:
-    """``tl.PipelineCUDA``'s entry, after ``persist``: (the kernel, its note)."""
+def lower(func: Any, k: Any, tid: Any, threads: int, persistent: bool, clustered: bool) -> tuple[Any, str]:
+    """``tl.PipelineCUDA``'s entry, after ``persist``: (the kernel, its note). The epilogue keeps its register
+    stores: ``tl.TmaStoreCUDA`` yields when ``tl.cuda.gemm_pingpong`` is on (both warpgroups would share its ring)."""
     why = "tl.cuda.cluster is on (clustered kernels are not built persistent here)" if clustered else \
-        why_not(func, k, threads, persistent, tma_store)
+        why_not(func, k, threads, persistent)
     if why:
         return func, f"tl.cuda.gemm_pingpong not applied: {why}"
     return apply(func, k, tid), ("gemm ping-pong: 2 consumer warpgroups of the program's 128 threads take "

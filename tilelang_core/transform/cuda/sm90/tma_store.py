@@ -1,5 +1,5 @@
 """Pass ``tl.TmaStoreCUDA``: a wgmma GEMM's epilogue ``T.copy(C_frag, C[...])`` through shared memory and TMA stores
-on sm_90a (pass_configs ``tl.cuda.tma_store``, off by default).
+on sm_90a (pass_configs ``tl.cuda.tma_store``, on by default; ``False`` keeps the register stores).
 
 Why: the register epilogue has every thread store its accumulator pairs straight to global memory — 4-byte stores,
 each with its own address arithmetic and, on a ragged tile, a bounds test; a 128 x 256 tile is 64 of them per
@@ -33,8 +33,12 @@ conflict-free. Where the kernel is not warp-specialised its pipeline stages are 
 ring is additional shared memory (a persistent kernel's producer is already loading the next tile into the
 stages during this epilogue). In a persistent kernel the final wait and the consumers' barrier at the top of every
 tile order the last store's reads before the next tile writes the ring. When a condition fails the kernel keeps
-its register stores and carries a note saying why. The map is recorded in ``tl.tma_maps`` after the loads' maps
-(``"store": true``; the launcher encodes it exactly as a load map, ``runtime/exported.py``).
+its register stores and carries a note saying why (only a wgmma GEMM's kernel is noted: other kernels, and every
+kernel for an architecture without TMA, are left as they are, unnoted, since the key is on by default). With
+``tl.cuda.gemm_pingpong`` on the pass yields (the two consumer warpgroups would share the staging ring).
+``tl.disable_tma_lower`` is about the loads only: a kernel with cp.async loads still stores through TMA. The map is
+recorded in ``tl.tma_maps`` after the loads' maps (``"store": true``; the launcher encodes it exactly as a load
+map, ``runtime/exported.py``).
 """
 
 from __future__ import annotations
@@ -281,20 +285,23 @@ def _add_alloc(func: Any, buf: Any) -> Any:
 def tma_store_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT, arch: str = "sm_90") -> tirx.PrimFunc:
     """sm_90a, tl.cuda.tma_store: the wgmma GEMM epilogue through a swizzled shared ring and TMA stores.
 
-    With the key off the kernel is returned untouched; where the store does not apply, a note says why."""
-    if not options[PassConfigKey.TL_CUDA_TMA_STORE]:
-        return func  # off: the kernel is exactly what it was
+    With the key off the kernel is returned untouched; where the store does not apply to a wgmma GEMM, a note says
+    why. Kernels that are not wgmma GEMMs (and every kernel of an architecture without TMA) are returned unnoted."""
+    if not options[PassConfigKey.TL_CUDA_TMA_STORE] or not arch.startswith("sm_90"):
+        return func  # off, or no TMA: the kernel is exactly what it was
     copies = _all_copies(func.body)
-    if not copies:
-        return func
+    layouts = layouts_of(func)
+    if not copies or not any(lay.kind == "wgmma" for lay in layouts.values()):
+        return func  # not a wgmma GEMM: nothing for the TMA store to serve, nothing to say
     lead = f"{at_line(copies[0])}T.copy into {_copy_ends(copies[0])[1].buffer.name} {_WHY}"
-    if not arch.startswith("sm_90"):
-        return add_notes(func, [lead + f"{arch} has no TMA (sm_90a)"])
+    if options[PassConfigKey.TL_CUDA_GEMM_PINGPONG]:
+        return add_notes(func, [lead + "tl.cuda.gemm_pingpong is on (its two consumer warpgroups would share the "
+                                       "staging ring)"])
     try:
         tid = find_thread_var(func)
     except ValueError:
         return add_notes(func, [lead + "the kernel has no threadIdx loop"])
-    layouts, locals_ = layouts_of(func), locals_of(func)
+    locals_ = locals_of(func)
     cands: list[Any] = []
     _rewrite(func.body, lambda x: (cands.append(x) if _copy_ends(x) is not None else None) or x)
     if len(copies) != 1 or len(cands) != 1:
@@ -310,8 +317,6 @@ def tma_store_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT, arch: str
 
     ana = tvm.sym.Analyzer()
     if is_shared(src.buffer):
-        if not any(lay.kind == "wgmma" for lay in layouts.values()):
-            return func  # not a wgmma GEMM: a shared-to-global copy of another kernel is left as it is, unnoted
         stmts, spec, why = _shared_store(s, src, dst, swizzles_of(func).get(src.buffer, 0), len(maps), tid,
                                          ana.simplify)
         if why:
