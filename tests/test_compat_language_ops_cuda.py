@@ -53,7 +53,7 @@ COMPILED = [
     ("atomic_max_min_i32", ops.column_max_min, (16, 32, "int32"), "tl::atomic_max"),
     ("atomic_max_min_i64", ops.column_max_min, (16, 32, "int64"), "tl::atomic_min"),
     ("atomic_max_tile", ops.tile_max, (64, 32, 16), "tl::atomic_max"),
-    ("atomic_addx4", ops.column_sums_vectorised, (16, 32, 4), "atomicAdd"),
+    ("atomic_addx4", ops.column_sums_vectorised, (16, 32, 4), "tl::atomic_add_v4("),  # tl.cuda.vector_atomics
     ("reduce_batch", ops.row_reduce_options, (32, 64, "sum", False, 4), "block_allreduce"),
     ("reduce_nan_propagate_f16", ops.row_reduce_options, (32, 64, "max", True, 1, "float16"), "tl::MaxNanOp"),
     ("bool_fragment", ops.bool_mask_select, (16, 32), "main_kernel"),

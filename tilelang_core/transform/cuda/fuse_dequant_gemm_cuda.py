@@ -225,9 +225,13 @@ class FuseDequantGemmCUDA(Rewriter):
         out = self._match(nest, gemm, before)
         if out is None and self.reason is not None and looks_like_dequant(nest):
             ops = gemm_operands(gemm, self.ana)
-            self.notes.append(f"{at_line(gemm)}T.gemm {ops['M']}x{ops['N']}x{ops['K']} is not fused with the "
-                              f"dequantisation before it ({ops['b'].buffer.name} stays an fp16 tile in shared "
-                              f"memory): {self.reason}")
+            head = f"{at_line(gemm)}T.gemm {ops['M']}x{ops['N']}x{ops['K']} is not fused with the dequantisation"
+            if self.options[PassConfigKey.TL_CUDA_DEQUANT_FRAGMENTS]:  # the general fusion comes next, with its notes
+                self.notes.append(f"{head} by the W4A16 recogniser ({self.reason}); the general producer fusion "
+                                  "(tl.cuda.dequant_fragments) is tried next")
+            else:
+                self.notes.append(f"{head} before it ({ops['b'].buffer.name} stays an fp16 tile in shared memory): "
+                                  f"{self.reason}")
         return out
 
     def _match(self, nest: Any, gemm: Any, before: list[Any]) -> tuple[Any, Any] | None:
