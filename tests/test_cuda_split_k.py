@@ -546,3 +546,26 @@ def test_a_wgmma_gemm_at_a_small_grid_is_split_automatically_and_stays_warp_spec
     src = (tmp_path / "kernel.cu").read_text()
     assert "tl::wgmma_gemm_ss" in src and "tl::splitk_global_reduce" in src and "tl::setmaxnreg_inc" in src
     assert not any("split-K" in n for n in meta["notes"])
+
+
+# -- the one-wave rule counts the blocks an SM holds ----------------------------------------------------------------
+
+def _decode_grid(name: str, pass_configs: dict) -> list[int]:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "gpu"))
+    import dequant_variants as dv
+
+    from tilelang_core.backend.cuda import codegen
+
+    v = next(x for x in dv.VARIANTS if x.name == name)
+    func = codegen.lower(dv.program(v, 16, 8192, 8192, **dv.tiles(16, v)), None, "sm_90a", pass_configs)["main"]
+    return list(func.attrs["tl.cuda_launch"]["grid"])
+
+
+@pytest.mark.parametrize("name,fragments,shared", [
+    ("hi_first", 4, 2),  # int4: 96 KB with B fragments in registers (two blocks per SM), 160 KB with the tile
+    ("bf16", 4, 2),
+    ("int8", 2, 2),  # int8: the packed tile alone is 128 KB over 4 stages, one block per SM either way
+])
+def test_a_decode_whose_b_tile_is_not_materialised_splits_until_the_sms_are_full(name, fragments, shared):
+    assert _decode_grid(name, {}) == [64, 1, fragments]  # tl.cuda.dequant_fragments on (the default)
+    assert _decode_grid(name, {"tl.cuda.dequant_fragments": False}) == [64, 1, shared]

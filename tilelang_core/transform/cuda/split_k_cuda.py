@@ -22,9 +22,15 @@ Not specific to any operand: any kernel whose top-level K loop (``T.Pipelined`` 
 * nothing before the epilogue writes global memory (only ``T.copy`` reads of global tensors);
 * the loop's trip count is a constant multiple of ``S`` with at least ``num_stages`` iterations per share.
 
-``pass_configs["tl.cuda.split_k"]``: 0 (default) chooses ``S`` from the grid and the target's SM count (double
-while the split grid stays within one block per SM and each share keeps at least ``max(8, 2 num_stages)`` K
-steps: the workspace round trip must be small next to the loop); 1 turns splitting off; 2, 4, 8 force ``S``.
+``pass_configs["tl.cuda.split_k"]``: 0 (default) chooses ``S`` from the grid and the target's SM count: double
+while the split grid stays within one wave — the SMs times the blocks of this kernel one SM holds — and each share
+keeps at least ``max(8, 2 num_stages)`` K steps (the workspace round trip must be small next to the loop); 1 turns
+splitting off; 2, 4, 8 force ``S``. The blocks an SM holds are estimated from the kernel's shared memory (the K
+loop's ``T.copy`` destinations once per pipeline stage, every other shared tile once, and not the tiles
+``tl.DequantFragmentsCUDA`` will leave unmaterialised), its threads, and its registers (the accumulator's per
+thread plus :data:`REGISTER_MARGIN`); a W4A16 decode whose B fragments are computed in registers keeps 96 KB of
+shared memory at 16x128x256 with 4 stages, two blocks per SM, and splits in 4 where the shared-tile decode
+(160 KB) splits in 2 (measured on the H200: BENCHMARKS.md).
 A forced split that cannot apply, or a kernel the automatic choice would split but the conditions rule out,
 leaves a note (``tl.notes``) saying why. Kernels the W4A16 recogniser (``tl.FuseDequantGemmCUDA``) already split
 are left alone (``blockIdx.z`` used). wgmma accumulators are split like mma.sync ones (measured on the H200: the
@@ -39,17 +45,21 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from ...language._ir import Region
 from ...language.loops import PARALLEL_ATTR, STAGES_ATTR
 from ...pass_config import DEFAULT, PassConfig, PassConfigKey
 from ..common.notes import add_notes, at_line
 from ..common.regions import is_global
 from ..common.rewriter import const_int, tile_op_name
-from .common import ATTR_LAUNCH, extern, gemm_operands, is_fragment, launch_info, layouts_of, locals_of
+from .common import ATTR_LAUNCH, extern, gemm_operands, is_fragment, is_shared, launch_info, layouts_of, locals_of
+from .layouts import dtype_bytes
 
 NUM_SMS = {"sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132, "sm_90a": 132}  # A100 ... H100/H200 SXM
 WORKSPACE_LIMIT = 64 << 20  # bytes of fp32 partials a kernel may keep in its module
 REDUCE = "tl::splitk_global_reduce"
 MIN_SHARE = 8  # K steps per block below which the automatic choice does not split
+REGISTER_MARGIN = 64  # registers a thread needs besides its accumulators (addresses, loop state, operands)
+REGISTERS_PER_SM = 65536
 
 
 def split_k_cuda(func: tirx.PrimFunc, arch: str = "sm_90", options: PassConfig = DEFAULT) -> tirx.PrimFunc:
@@ -57,12 +67,12 @@ def split_k_cuda(func: tirx.PrimFunc, arch: str = "sm_90", options: PassConfig =
     forced = int(options[PassConfigKey.TL_CUDA_SPLIT_K])
     if forced == 1 or ATTR_LAUNCH not in (func.attrs or {}):
         return func
-    return _SplitK(func, arch, forced).run()
+    return _SplitK(func, arch, forced, options).run()
 
 
 class _SplitK:
-    def __init__(self, func: tirx.PrimFunc, arch: str, forced: int) -> None:
-        self.func, self.arch, self.forced = func, arch, forced
+    def __init__(self, func: tirx.PrimFunc, arch: str, forced: int, options: PassConfig = DEFAULT) -> None:
+        self.func, self.arch, self.forced, self.options = func, arch, forced, options
         self.grid, self.threads = launch_info(func)
         self.sms = NUM_SMS.get(arch)
         self.small = (all(isinstance(g, int) for g in self.grid) and self.sms is not None
@@ -128,7 +138,7 @@ class _SplitK:
             return self.skip(why, loop)
         if n is None:
             return self.skip("the K loop's trip count is not a constant", loop)
-        S = self.choose(grid[0] * grid[1], n, stages)
+        S = self.choose(grid[0] * grid[1], n, stages, self.resident_blocks(loop, stages, lay.num_regs))
         if S == 1:
             if self.forced > 1:
                 return self.skip(f"pass_configs 'tl.cuda.split_k'={self.forced} needs a K loop whose {n} iterations "
@@ -140,16 +150,51 @@ class _SplitK:
                              f"{WORKSPACE_LIMIT >> 20} MB workspace limit", loop)
         return self.rewrite(tloop, stmts, idx, locs[acc], S, regs, tiles)
 
-    def choose(self, blocks: int, n: int, stages: int) -> int:
-        """``S``: the forced value when it divides the loop (else 1), or the automatic choice (module doc)."""
+    def choose(self, blocks: int, n: int, stages: int, per_sm: int = 1) -> int:
+        """``S``: the forced value when it divides the loop (else 1), or the automatic choice (module doc) for a
+        kernel of which one SM holds ``per_sm`` blocks."""
         if self.forced:
             ok = n % self.forced == 0 and n // self.forced >= max(1, stages)
             return self.forced if ok else 1
         s = 1
-        while (s < 8 and blocks * s * 2 <= self.sms and n % (s * 2) == 0
+        while (s < 8 and blocks * s * 2 <= self.sms * per_sm and n % (s * 2) == 0
                and n // (s * 2) >= max(MIN_SHARE, 2 * stages)):
             s *= 2
         return s
+
+    def resident_blocks(self, loop: Any, stages: int, acc_regs: int) -> int:
+        """Blocks of this kernel one SM holds (at least 1), estimated before the pipeline and ptxas: shared memory
+        (each shared tile a ``T.copy`` in the K loop writes once per stage, every other one once, without the tiles
+        the fragments fusion removes), threads, and registers (``acc_regs`` accumulator registers per thread plus
+        :data:`REGISTER_MARGIN`)."""
+        from ...backend.cuda.resources import limits_for
+
+        lim = limits_for(self.arch)
+        staged = [Region.of(s.value.args[1]).buffer for s in _tile_ops(loop) if tile_op_name(s) == "tl.copy"]
+        gone = self.unmaterialised()
+        total = 0
+        for buf in _shared_allocations(self.func.body):
+            if any(buf.same_as(g) for g in gone):
+                continue
+            size = dtype_bytes(str(buf.dtype))
+            for d in buf.shape:
+                size *= const_int(d) or 0
+            total += size * (stages if any(buf.same_as(b) for b in staged) else 1)
+        by_smem = lim.smem_per_sm // (total + lim.smem_reserved_per_block)
+        by_threads = lim.max_warps * lim.warp_size // max(1, self.threads)
+        by_regs = REGISTERS_PER_SM // (max(1, self.threads) * min(255, acc_regs + REGISTER_MARGIN))
+        return max(1, min(by_smem, by_threads, by_regs, lim.max_blocks))
+
+    def unmaterialised(self) -> list[Any]:
+        """The shared tiles ``tl.DequantFragmentsCUDA`` (after this pass, when ``tl.cuda.dequant_fragments`` is on)
+        will not allocate: its own analysis, run on the kernel as it is now."""
+        if not self.options[PassConfigKey.TL_CUDA_DEQUANT_FRAGMENTS]:
+            return []
+        from .dequant_fragments_cuda import DequantFragmentsCUDA
+
+        probe = DequantFragmentsCUDA(self.func, bool(self.options[PassConfigKey.TL_CUDA_DEQUANT_FRAGMENTS_DIRECT]))
+        probe.run(self.func)
+        return list(probe.removed)
 
     def rewrite(self, tloop: Any, stmts: list[Any], idx: int, acc_local: Any, S: int, regs: int,
                 tiles: int) -> tirx.PrimFunc:
@@ -183,6 +228,19 @@ class _SplitK:
 
 
 # -- helpers -----------------------------------------------------------------------------------------------------
+def _shared_allocations(body: Any) -> list[Any]:
+    """The shared buffers ``body`` allocates."""
+    found: list[Any] = []
+
+    def visit(s: Any) -> Any:
+        if is_shared(s.buffer):
+            found.append(s.buffer)
+        return s
+
+    tvm_ffi.structural_map(body, [(tirx.AllocBuffer, visit)])
+    return found
+
+
 def _thread_loops(body: Any) -> list[Any]:
     found: list[Any] = []
 
