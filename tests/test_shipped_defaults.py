@@ -244,3 +244,17 @@ def test_bad_arguments_to_the_lookup_are_named(shipped):
         default_config(matmul_relu, [4096, 4096, 4096], "cuda", shipped=shipped, db=False)
     with pytest.raises(ValueError, match="'m' is not an argument of matmul_relu"):
         default_config(matmul_relu, {"m": 4096, "N": 4096, "K": 4096}, "cuda", shipped=shipped, db=False)
+
+
+def test_the_sweep_re_times_its_finalists_then_the_tuners_fastest_others():
+    from tilelang_core.autotune.tuner import TuneResult
+
+    sweep = _sweep_script()
+    square = problem(4096, 4096, 4096)
+    ms = {1: 0.90, 2: 0.80, 3: 0.85, 4: 0.95, 5: 0.70}  # num_stages -> warm-L2 time
+    rows = {st: row(square, {**SQUARE, "num_stages": st}, ms=t)[0] for st, t in ms.items()}
+    result = TuneResult("matmul_relu", square, measurements=list(rows.values()), finals=[rows[4], rows[1]])
+    got = [m.config["num_stages"] for m in sweep.clean_candidates(result, 4)]
+    assert got == [1, 4, 5, 2]  # the finalists by their time, then the fastest others, no repeats
+    assert [m.config["num_stages"] for m in sweep.clean_candidates(result, 1)] == [1]
+
