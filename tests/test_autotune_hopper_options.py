@@ -249,8 +249,8 @@ def test_the_dequant_space_twins_take_their_options_and_the_dropped_ones_would_n
             assert "tl::wgmma_gemm" not in src, (c, notes)
         if pcs.get("tl.cuda.tma_plain_tiles"):
             assert ("tl::wgmma_gemm" in src) == c.kept or "warp specialisation" in c.reason, (c, notes)
-            if "tl::wgmma_gemm" in src:
-                assert "tma_load" in src, (c, notes)
+        if "tl::wgmma_gemm" in src:  # the packed tile is a TMA box exactly when the key asks for it
+            assert ("tma_load" in src) == bool(pcs.get("tl.cuda.tma_plain_tiles")), (c, notes)
         if "warp specialisation" in c.reason:  # the compiler does not specialise this loop anyway
             assert threads == c.config["threads"] and "ws_keep_occupancy" in " ".join(text(
                 _without(c.config, ("tl.disable_warp_specialized",)))[1])

@@ -59,7 +59,6 @@ WORKSPACE_LIMIT = 64 << 20  # bytes of fp32 partials a kernel may keep in its mo
 REDUCE = "tl::splitk_global_reduce"
 MIN_SHARE = 8  # K steps per block below which the automatic choice does not split
 REGISTER_MARGIN = 64  # registers a thread needs besides its accumulators (addresses, loop state, operands)
-REGISTERS_PER_SM = 65536
 
 
 def split_k_cuda(func: tirx.PrimFunc, arch: str = "sm_90", options: PassConfig = DEFAULT) -> tirx.PrimFunc:
@@ -138,7 +137,8 @@ class _SplitK:
             return self.skip(why, loop)
         if n is None:
             return self.skip("the K loop's trip count is not a constant", loop)
-        S = self.choose(grid[0] * grid[1], n, stages, self.resident_blocks(loop, stages, lay.num_regs))
+        per_sm = 1 if self.forced else self.resident_blocks(loop, stages, lay.num_regs)
+        S = self.choose(grid[0] * grid[1], n, stages, per_sm)
         if S == 1:
             if self.forced > 1:
                 return self.skip(f"pass_configs 'tl.cuda.split_k'={self.forced} needs a K loop whose {n} iterations "
@@ -166,7 +166,7 @@ class _SplitK:
         """Blocks of this kernel one SM holds (at least 1), estimated before the pipeline and ptxas: shared memory
         (each shared tile a ``T.copy`` in the K loop writes once per stage, every other one once, without the tiles
         the fragments fusion removes), threads, and registers (``acc_regs`` accumulator registers per thread plus
-        :data:`REGISTER_MARGIN`)."""
+        :data:`REGISTER_MARGIN`). A shared tile of symbolic shape counts as filling the SM (1)."""
         from ...backend.cuda.resources import limits_for
 
         lim = limits_for(self.arch)
@@ -178,11 +178,13 @@ class _SplitK:
                 continue
             size = dtype_bytes(str(buf.dtype))
             for d in buf.shape:
-                size *= const_int(d) or 0
+                if const_int(d) is None:
+                    return 1
+                size *= const_int(d)
             total += size * (stages if any(buf.same_as(b) for b in staged) else 1)
         by_smem = lim.smem_per_sm // (total + lim.smem_reserved_per_block)
         by_threads = lim.max_warps * lim.warp_size // max(1, self.threads)
-        by_regs = REGISTERS_PER_SM // (max(1, self.threads) * min(255, acc_regs + REGISTER_MARGIN))
+        by_regs = lim.regs_per_sm // (max(1, self.threads) * min(lim.max_regs_per_thread, acc_regs + REGISTER_MARGIN))
         return max(1, min(by_smem, by_threads, by_regs, lim.max_blocks))
 
     def unmaterialised(self) -> list[Any]:
