@@ -66,7 +66,8 @@ def test_small_grids_get_split_k_forms_and_large_grids_persistent_ones():
     decode = gemm_space("cuda", M=16, N=8192, K=8192, level="quick")
     splits = {c.get(PASS_CONFIGS, {}).get("tl.cuda.split_k") for c in decode}
     assert {0, 1, 2, 4} <= splits
-    assert all(c["block_M"] == 64 and c["threads"] == 128 for c in decode)  # one m64 warpgroup at M = 16
+    wide = [c for c in decode if c["block_M"] >= 64]
+    assert wide and all(c["block_M"] == 64 and c["threads"] == 128 for c in wide)  # one m64 warpgroup at M = 16
     for c in decode:
         s = c.get(PASS_CONFIGS, {}).get("tl.cuda.split_k", 0)
         steps = 8192 // c["block_K"]
@@ -78,6 +79,32 @@ def test_small_grids_get_split_k_forms_and_large_grids_persistent_ones():
     assert {c["block_K"] for c in square} == {64}  # one 128-byte swizzle row of fp16
     full = gemm_space("cuda", M=8192, N=8192, K=8192)
     assert {_key(c) for c in square} < {_key(c) for c in full}
+
+
+def test_decode_sized_m_adds_narrow_mma_sync_tiles_that_fit_and_bigger_m_does_not():
+    decode = gemm_space("sm_90a", M=16, N=8192, K=8192, level="quick")
+    narrow = [c for c in decode if c["block_M"] < 64]
+    assert {c["block_M"] for c in narrow} == {16}  # M = 16: no 32-row tile
+    assert {(16, 64, 256, 4), (16, 64, 128, 8)} <= {(c["block_M"], c["block_N"], c["block_K"], c["num_stages"])
+                                                    for c in narrow}
+    for c in narrow:
+        plan, _ = plan_wgmma(c["block_M"], c["block_N"], c["block_K"], "float16", "float16", "float32",
+                             c["threads"], 0, (c["block_M"], c["block_K"]), (c["block_K"], c["block_N"]), False, False)
+        assert plan is None  # not a wgmma tile: the compiler lowers it to mma.sync
+        assert plan_gemm(c["block_M"], c["block_N"], c["block_K"], "float16", "float16", "float32", c["threads"],
+                         0, True, True).kind == "mma"
+        assert smem_bytes(c["block_M"], c["block_N"], c["block_K"], c["num_stages"], "float16") <= SM90_LIMIT
+        assert "tl.disable_warp_specialized" not in c.get(PASS_CONFIGS, {})
+        tiles = 8192 // c["block_N"]
+        if tiles * 2 > 132:  # a grid the split-K rule leaves alone: no split-K form
+            assert PASS_CONFIGS not in c
+    # 64 tiles of 16x128 leave half the SMs idle: the compiler's split and no split are both offered
+    assert {c.get(PASS_CONFIGS, {}).get("tl.cuda.split_k") for c in narrow if c["block_N"] == 128} == {0, 1}
+    reasons = {c.reason.split(":")[0] for c in gemm_candidates("sm_90a", M=16, N=8192, K=8192) if c.reason}
+    assert "mma.sync" in reasons  # 8 warps cannot split a 16x32 tile into 16x8 steps
+    assert {c["block_M"] for c in gemm_space("sm_90a", M=32, N=2048, K=4096, level="quick")} >= {16, 32}
+    assert min(c["block_M"] for c in gemm_space("sm_90a", M=128, N=2048, K=4096, level="quick")) == 64
+    assert min(c["block_M"] for c in gemm_space("sm_90a", M=33, N=2048, K=4096)) == 64
 
 
 def test_the_sm80_space_is_mma_sync_only():

@@ -32,11 +32,12 @@ SHAPES: dict[tuple[int, int, int], list[tuple[int, int, int, int, int]]] = {  # 
     (4096, 4096, 4096): [(128, 256, 64, 4, 256), (256, 128, 64, 4, 256)],
     (8192, 8192, 8192): [(128, 256, 64, 4, 256), (256, 128, 64, 4, 256)],
     (128, 8192, 28672): [(128, 256, 64, 4, 256), (128, 128, 64, 4, 256), (128, 128, 64, 5, 128)],
-    (16, 8192, 8192): [(64, 128, 128, 4, 128), (64, 64, 128, 4, 128), (64, 256, 64, 4, 128)],
+    (16, 8192, 8192): [(64, 256, 64, 4, 128), (16, 64, 256, 4, 128), (16, 64, 128, 8, 128), (16, 32, 256, 4, 128)],
 }
+# decode: 16-row tiles are not wgmma tiles, so T.gemm lowers to mma.sync there (bench/gpu/decode_gemm.py sweeps them)
 # --pingpong: the ping-pong schedule (tl.cuda.gemm_pingpong, off by default) at the square shapes: one warpgroup's tile
 PINGPONG = [(128, 128, 64, 4, 128), (128, 128, 64, 5, 128), (128, 192, 64, 4, 128)]
-# grids of fewer blocks than SMs: also with split-K forced (tl.SplitKCUDA splits a wgmma GEMM only when asked)
+# grids of fewer blocks than SMs: also with split-K forced (beside the wave rule's own choice)
 SPLITS = {(128, 8192, 28672): (2, 4), (16, 8192, 8192): (2, 4)}
 
 

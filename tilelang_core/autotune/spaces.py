@@ -46,6 +46,11 @@ problem (192 for three warpgroups where it pads by at most 4 %; at M > 256 no ti
 rings of at least 3 stages that fit (wgmma keeps a group in flight from 3); the warp-specialised form, plus the
 producer-less form at the deepest ring; persistent on and off only for the widest tiles; one consumer warpgroup at
 decode sizes (M <= 16: a 64-row tile is mostly padding); split-K 0/1/2/4. ``level="full"`` is everything that fits.
+
+At decode sizes (M <= :data:`NARROW_M`) sm_90a also gets tiles of 16 or 32 rows: no wgmma plan takes them, so the
+compiler lowers their ``T.gemm`` to mma.sync fed by cp.async (:func:`_sm90_narrow_candidates`; quick: block_N 32-128,
+block_K 128/256, the two deepest rings and the deepest that lets two blocks share an SM; the compiler's split-K and
+none where the grid leaves half the SMs idle).
 """
 
 from __future__ import annotations
@@ -70,6 +75,16 @@ SPLITS = (0, 1, 2, 4, 8)  # tl.cuda.split_k: 0 the compiler's choice, 1 off, els
 QUICK_SPLITS = (0, 1, 2, 4)
 QUICK_PADDING = 0.04  # quick: a 192-wide tile only where it pads the dimension by at most 4 %
 QUICK_MIN_TILE = 128 * 128  # quick, M > 256 (compute-bound): no tile smaller than this many outputs
+
+NARROW_M = 32  # sm_90a, M up to this: mma.sync tiles of 16 or 32 rows as well (a 64-row wgmma tile is padding)
+NARROW_BLOCK_M = (16, 32)
+NARROW_BLOCK_N = (32, 64, 128, 256)
+NARROW_BLOCK_K = (64, 128, 256)
+NARROW_STAGES = (2, 3, 4, 5, 6, 8)
+NARROW_THREADS = (128, 256)
+QUICK_NARROW_BLOCK_N = (32, 64, 128)
+QUICK_NARROW_BLOCK_K = (128, 256)
+QUICK_NARROW_SPLITS = (0, 1)
 
 SM80_BLOCK_MN = (32, 64, 128, 256)
 SM80_BLOCK_K = (32, 64)
@@ -307,6 +322,55 @@ def _sm90_candidates(M: int, N: int, K: int, dtype: str, accum_dtype: str, arch:
                     yield from _option_twins(options, kept, M, N, dtype, tiles, sms, limit, quick)
 
 
+def _sm90_narrow_candidates(M: int, N: int, K: int, dtype: str, accum_dtype: str, arch: str,
+                            quick: bool) -> Iterator[Candidate]:
+    """sm_90a at decode sizes (M <= :data:`NARROW_M`): tiles of 16 or 32 rows, which no ``m64nNk16`` wgmma plan
+    takes, so the compiler lowers their ``T.gemm`` to mma.sync fed by a cp.async ring (no producer warpgroup).
+    With fewer padded rows a block streams its B columns with less work and fewer registers per byte, and a
+    narrow ``block_N`` spreads the N columns over more blocks. Split-K: the compiler's choice (0) and off (1);
+    the full level forces splits too."""
+    from ..backend.cuda.resources import limits_for
+    from ..transform.cuda.layouts import plan_gemm, plan_wgmma
+
+    lim = limits_for(arch)
+    limit = lim.smem_per_block
+    sms = sms_of(arch) or 132
+    block_n = QUICK_NARROW_BLOCK_N if quick else NARROW_BLOCK_N
+    block_k = [k for k in (QUICK_NARROW_BLOCK_K if quick else NARROW_BLOCK_K) if k <= max(64, K)]
+    for bm, bn, bk in itertools.product(_tile_values(NARROW_BLOCK_M, M, quick, 16),
+                                        _tile_values(block_n, N, quick, 32), block_k):
+        fits = [s for s in NARROW_STAGES if smem_bytes(bm, bn, bk, s, dtype) <= limit]
+        if quick:  # the two deepest rings, and the deepest of which two blocks share an SM
+            pair = [s for s in fits if s >= 3 and 2 * (smem_bytes(bm, bn, bk, s, dtype) + lim.smem_reserved_per_block)
+                    <= lim.smem_per_sm]
+            stages = sorted(set([s for s in fits if s >= 3][-2:] + pair[-1:]))
+        else:
+            stages = fits
+        k_steps = _ceil_div(K, bk)
+        tiles = _ceil_div(M, bm) * _ceil_div(N, bn)
+        for threads in NARROW_THREADS[:1] if quick else NARROW_THREADS:
+            for st in stages or NARROW_STAGES[-1:]:
+                base = {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st, "threads": threads}
+                if plan_wgmma(bm, bn, bk, dtype, dtype, accum_dtype, threads, 0, (bm, bk), (bk, bn), False,
+                              False)[0] is not None:
+                    continue  # a wgmma tile: the wgmma space has it
+                if plan_gemm(bm, bn, bk, dtype, dtype, accum_dtype, threads, 0, True, True).kind != "mma":
+                    yield Candidate(base, "mma.sync: the tile does not divide into the warps' 16x8 steps")
+                    continue
+                why = _resources_why(bm, bn, bk, st, dtype, bm * bn // threads, limit,
+                                     register_budget(threads, False))
+                if why:
+                    yield Candidate(base, why)
+                    continue
+                if tiles * 2 > sms:  # tl.SplitKCUDA leaves a grid this large alone
+                    yield Candidate(base)
+                    continue
+                for s in QUICK_NARROW_SPLITS if quick else SPLITS:
+                    if s > 1 and (k_steps % s or k_steps // s < max(st, 2)):
+                        continue
+                    yield Candidate({**base, PASS_CONFIGS: {KEY_SPLIT_K: s}})
+
+
 def _resources_why(bm: int, bn: int, bk: int, stages: int, dtype: str, acc: int, smem_limit: int,
                    reg_budget: int) -> str:
     """Why a tile does not fit a block's shared memory or a thread's registers ('' when it fits)."""
@@ -360,7 +424,10 @@ def gemm_candidates(target: Any = "cuda", *, M: int, N: int, K: int, dtype: str 
     quick = level == "quick"
     names = options_of(options, GEMM_OPTIONS, "gemm_space")
     if arch.startswith("sm_90") and arch.endswith("a"):
-        return list(_sm90_candidates(M, N, K, dtype, accum_dtype, arch, quick, names))
+        out = list(_sm90_candidates(M, N, K, dtype, accum_dtype, arch, quick, names))
+        if M <= NARROW_M:
+            out += _sm90_narrow_candidates(M, N, K, dtype, accum_dtype, arch, quick)
+        return out
     if names:
         raise ValueError(f"gemm_space: options {names} are sm_90a's (TMA, wgmma, clusters), not {arch}'s")
     return list(_sm80_candidates(M, N, K, dtype, accum_dtype, arch, quick))

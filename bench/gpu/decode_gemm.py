@@ -1,0 +1,119 @@
+"""Benchmark: the unchanged quickstart GEMM+ReLU at the decode shape (M = 16 against a large weight), a wide grid
+of tile configurations on both GEMM paths, against cuBLAS and Triton in the same run.
+
+``python bench/gpu/decode_gemm.py`` on the H200 (PYTHONPATH = the repo and TVM). Issue 15 asks for ≥ 1.3× cuBLAS at
+16×8192×8192, a memory-bound shape (128 MiB of fp16 weight: 31.4 µs at the 4.27 TB/s copy limit). Where
+``gemm_shapes.py`` measures three tiles, this script measures the two ways the compiler can take the program:
+
+* ``block_M = 64`` (wgmma, TMA, warp specialisation: four times the rows M needs, the rest zero-filled by TMA);
+* ``block_M = 16`` (mma.sync and cp.async: the rows M has, more bytes of B in flight per block);
+
+each with the automatic split-K (``tl.cuda.split_k`` 0, the wave rule) and forced splits, and prints one line per
+configuration (clean-L2 time, bandwidth of B, the ratio to cuBLAS, do_bench ratio, correctness, build time,
+whether the kernel reduces split-K partial sums, the kernel's split-K note) then the five fastest. ``--shape
+MxNxK`` for another decode shape, ``--dtypes`` to pick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from run import bench_ms_clean  # noqa: E402
+
+import tilelang_core as tilelang  # noqa: E402
+from tilelang_core.quickstart import matmul_relu  # noqa: E402
+
+WGMMA = [(64, 128, 128, 4, 128), (64, 256, 64, 4, 128), (64, 64, 128, 6, 128), (64, 128, 64, 6, 128)]
+MMA_SYNC = [(16, 128, 256, 3, 128), (16, 64, 256, 4, 128), (16, 64, 256, 5, 128), (16, 128, 128, 4, 128),
+            (16, 128, 128, 6, 128), (16, 256, 64, 4, 128), (16, 256, 64, 6, 128),
+            (16, 128, 256, 3, 256), (16, 64, 128, 8, 128), (16, 32, 256, 4, 128), (16, 32, 128, 8, 128),
+            (16, 32, 256, 6, 128), (16, 64, 128, 5, 128)]
+SPLITS = (0, 2, 4, 8)  # 0: the compiler's choice
+
+
+def do_bench_ms(fn: Any) -> float:
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=25, rep=100))
+
+
+def parse_shape(s: str) -> tuple[int, int, int]:
+    m, n, k = (int(x) for x in s.lower().split("x"))
+    return m, n, k
+
+
+def run_dtype(dt: str, shape: tuple[int, int, int], args: argparse.Namespace, tri: Any) -> None:
+    """Time cuBLAS, Triton and every configuration at one dtype; print the lines and the five fastest."""
+    M, N, K = shape
+    tdt = getattr(torch, dt)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(M, K, device="cuda", generator=g).to(tdt)
+    b = torch.randn(K, N, device="cuda", generator=g).to(tdt)
+    ref = torch.relu(a @ b)
+    t_ref = bench_ms_clean(lambda: torch.relu(a @ b), rep=args.rep)
+    d_ref = do_bench_ms(lambda: torch.relu(a @ b))
+    line = f"\n{dt}  cuBLAS: {t_ref * 1e3:.1f} us clean, {d_ref * 1e3:.1f} us do_bench"
+    if tri is not None:
+        tri(a, b, relu=True)
+        t_tri = bench_ms_clean(lambda: tri(a, b, relu=True), rep=args.rep)
+        line += f"  Triton: {t_tri * 1e3:.1f} us clean ({t_ref / t_tri:.2f}x cuBLAS)"
+    print(line, flush=True)
+    results: list[tuple[float, str]] = []
+    for cfg in WGMMA + MMA_SYNC:
+        for sk in args.splits:
+            bm, bn, bk, st, th = cfg
+            label = f"{bm}x{bn}x{bk} s{st} t{th} split_k={sk}"
+            t0 = time.perf_counter()
+            try:
+                k = tilelang.jit(out_idx=[-1], target="cuda", pass_configs={"tl.cuda.split_k": sk})(
+                    matmul_relu.factory)(M, N, K, bm, bn, bk, st, th, dt, "float32")
+            except Exception as e:  # noqa: BLE001 - report the config and go on
+                print(f"  {label}: COMPILE FAILED {str(e).splitlines()[0][:160]}", flush=True)
+                continue
+            build = time.perf_counter() - t0
+            c = k(a, b)
+            ok = torch.allclose(c.float(), ref.float(), rtol=2e-2, atol=2e-1)
+            t = bench_ms_clean(lambda k=k: k(a, b), rep=args.rep)
+            d = do_bench_ms(lambda k=k: k(a, b))
+            notes = [n for n in k.notes if "split" in n.lower()][:1]
+            split = "split" if "splitk" in k.get_kernel_source() else "no split"
+            print(f"  {label}: {t * 1e3:6.1f} us  {K * N * 2 / t / 1e9:5.2f} TB/s of B  {t_ref / t:.2f}x cuBLAS "
+                  f"(do_bench {d_ref / d:.2f}x)  {'ok' if ok else 'WRONG'}  build {build:.1f}s  {split}  "
+                  f"{'; '.join(notes)[:110]}", flush=True)
+            if ok:
+                results.append((t, label))
+    print(f"fastest ({dt}):", flush=True)
+    for t, label in sorted(results)[:5]:
+        print(f"  {label}: {t * 1e3:.1f} us  {t_ref / t:.2f}x cuBLAS", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", type=parse_shape, default=(16, 8192, 8192))
+    ap.add_argument("--dtypes", nargs="*", default=["float16", "bfloat16"])
+    ap.add_argument("--rep", type=int, default=30)
+    ap.add_argument("--splits", nargs="*", type=int, default=list(SPLITS))
+    ap.add_argument("--no-triton", action="store_true")
+    args = ap.parse_args()
+    M, N, K = args.shape
+    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  {time.strftime('%Y-%m-%d %H:%M')}  "
+          f"{M}x{N}x{K}; copy limit of B at 4.27 TB/s: {K * N * 2 / 4.27e6:.1f} us", flush=True)
+    tri = None
+    if not args.no_triton:
+        import triton_ref
+
+        tri = triton_ref.matmul
+    for dt in args.dtypes:
+        run_dtype(dt, (M, N, K), args, tri)
+
+
+if __name__ == "__main__":
+    main()
