@@ -61,6 +61,7 @@ class PassConfigKey:
     TL_CUDA_WGMMA_WRITTEN_TILES = "tl.cuda.wgmma_written_tiles"
     TL_CUDA_CLUSTER = "tl.cuda.cluster"
     TL_CUDA_VECTOR_ATOMICS = "tl.cuda.vector_atomics"
+    TL_CUDA_L2_PREFETCH = "tl.cuda.l2_prefetch"
 
 
 @dataclass(frozen=True)
@@ -217,6 +218,10 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "of one global tensor under the same guard become one red.global.add.v2/v4.f32 (half / a quarter of "
            "the RED instructions; the flash-attention backward's dQ, faster on the H200: BENCHMARKS.md); False "
            "keeps one atomicAdd per element (transform/cuda/vector_atomics_cuda.py, docs/cuda.md)"),
+    Option(K.TL_CUDA_L2_PREFETCH, "int", 128, "CUDA sm_80+: the L2 prefetch size of every cp.async global read "
+           "(.L2::64B/128B/256B; 0: no hint, ptxas's choice): 256 also fetches the next 128-byte line of a row into "
+           "L2 (a cache hint: results are unchanged; backend/cuda/codegen.py, include/tl/copy.cuh)",
+           choices=(0, 64, 128, 256), minimum=0),
     Option(K.TL_CUDA_COMPILER, "choice", "auto", "CUDA: what turns CUDA C into a cubin: 'nvcc', 'nvrtc' (the CUDA "
            "Python bindings) or 'auto' (nvcc when found, else NVRTC)", choices=("auto", "nvcc", "nvrtc")),
 ]}

@@ -11,12 +11,14 @@ of tile configurations on both GEMM paths, against cuBLAS and Triton in the same
 each with the automatic split-K (``tl.cuda.split_k`` 0, the wave rule) and forced splits, and prints one line per
 configuration (clean-L2 time, bandwidth of B, the ratio to cuBLAS, do_bench ratio, correctness, build time,
 whether the kernel reduces split-K partial sums, the kernel's split-K note) then the five fastest. ``--shape
-MxNxK`` for another decode shape, ``--dtypes`` to pick.
+MxNxK`` for another decode shape, ``--dtypes`` to pick, ``--prefetch 128 256`` to time each tile with those
+``tl.cuda.l2_prefetch`` sizes, ``--mma-only`` for the 16-row tiles alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -67,29 +69,30 @@ def run_dtype(dt: str, shape: tuple[int, int, int], args: argparse.Namespace, tr
         line += f"  Triton: {t_tri * 1e3:.1f} us clean ({t_ref / t_tri:.2f}x cuBLAS)"
     print(line, flush=True)
     results: list[tuple[float, str]] = []
-    for cfg in WGMMA + MMA_SYNC:
-        for sk in args.splits:
-            bm, bn, bk, st, th = cfg
-            label = f"{bm}x{bn}x{bk} s{st} t{th} split_k={sk}"
-            t0 = time.perf_counter()
-            try:
-                k = tilelang.jit(out_idx=[-1], target="cuda", pass_configs={"tl.cuda.split_k": sk})(
-                    matmul_relu.factory)(M, N, K, bm, bn, bk, st, th, dt, "float32")
-            except Exception as e:  # noqa: BLE001 - report the config and go on
-                print(f"  {label}: COMPILE FAILED {str(e).splitlines()[0][:160]}", flush=True)
-                continue
-            build = time.perf_counter() - t0
-            c = k(a, b)
-            ok = torch.allclose(c.float(), ref.float(), rtol=2e-2, atol=2e-1)
-            t = bench_ms_clean(lambda k=k: k(a, b), rep=args.rep)
-            d = do_bench_ms(lambda k=k: k(a, b))
-            notes = [n for n in k.notes if "split" in n.lower()][:1]
-            split = "split" if "splitk" in k.get_kernel_source() else "no split"
-            print(f"  {label}: {t * 1e3:6.1f} us  {K * N * 2 / t / 1e9:5.2f} TB/s of B  {t_ref / t:.2f}x cuBLAS "
-                  f"(do_bench {d_ref / d:.2f}x)  {'ok' if ok else 'WRONG'}  build {build:.1f}s  {split}  "
-                  f"{'; '.join(notes)[:110]}", flush=True)
-            if ok:
-                results.append((t, label))
+    for cfg, sk, pf in itertools.product(MMA_SYNC if args.mma_only else WGMMA + MMA_SYNC, args.splits,
+                                         args.prefetch):
+        bm, bn, bk, st, th = cfg
+        label = f"{bm}x{bn}x{bk} s{st} t{th} split_k={sk}" + (f" l2_prefetch={pf}" if pf != 128 else "")
+        pcs = {"tl.cuda.split_k": sk, "tl.cuda.l2_prefetch": pf}
+        t0 = time.perf_counter()
+        try:
+            k = tilelang.jit(out_idx=[-1], target="cuda", pass_configs=pcs)(
+                matmul_relu.factory)(M, N, K, bm, bn, bk, st, th, dt, "float32")
+        except Exception as e:  # noqa: BLE001 - report the config and go on
+            print(f"  {label}: COMPILE FAILED {str(e).splitlines()[0][:160]}", flush=True)
+            continue
+        build = time.perf_counter() - t0
+        c = k(a, b)
+        ok = torch.allclose(c.float(), ref.float(), rtol=2e-2, atol=2e-1)
+        t = bench_ms_clean(lambda k=k: k(a, b), rep=args.rep)
+        d = do_bench_ms(lambda k=k: k(a, b))
+        notes = [n for n in k.notes if "split" in n.lower()][:1]
+        split = "split" if "splitk" in k.get_kernel_source() else "no split"
+        print(f"  {label}: {t * 1e3:6.1f} us  {K * N * 2 / t / 1e9:5.2f} TB/s of B  {t_ref / t:.2f}x cuBLAS "
+              f"(do_bench {d_ref / d:.2f}x)  {'ok' if ok else 'WRONG'}  build {build:.1f}s  {split}  "
+              f"{'; '.join(notes)[:110]}", flush=True)
+        if ok:
+            results.append((t, label))
     print(f"fastest ({dt}):", flush=True)
     for t, label in sorted(results)[:5]:
         print(f"  {label}: {t * 1e3:.1f} us  {t_ref / t:.2f}x cuBLAS", flush=True)
@@ -102,6 +105,9 @@ def main() -> None:
     ap.add_argument("--rep", type=int, default=30)
     ap.add_argument("--splits", nargs="*", type=int, default=list(SPLITS))
     ap.add_argument("--no-triton", action="store_true")
+    ap.add_argument("--prefetch", nargs="*", type=int, default=[128],
+                    help="tl.cuda.l2_prefetch sizes to time (0, 64, 128, 256)")
+    ap.add_argument("--mma-only", action="store_true", help="only the 16-row (mma.sync) tiles")
     args = ap.parse_args()
     M, N, K = args.shape
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  {time.strftime('%Y-%m-%d %H:%M')}  "

@@ -228,6 +228,9 @@ def generate(mod: Any, arch: str = "sm_90", instruments: list[Any] | None = None
     if resolve(options)[PassConfigKey.TL_CUDA_STREAMING_LOADS]:
         # read-once inputs: evict-first loads (a cache hint; see streaming_loads)
         source = streaming_loads.rewrite_source(source, streaming_loads.streaming_buffers(func))
+    prefetch = resolve(options)[PassConfigKey.TL_CUDA_L2_PREFETCH]
+    if prefetch != 128 and "tl::cp_async_16" in source:  # read by include/tl/copy.cuh, before any include
+        source = f"#define TL_L2_PREFETCH {prefetch}\n" + source
     cluster = func.attrs["tl.cluster_dims"] if func.attrs is not None and "tl.cluster_dims" in func.attrs else None
     if cluster is not None:  # a compile-time cluster shape (split-K through distributed shared memory)
         dims = ", ".join(str(int(c)) for c in cluster)

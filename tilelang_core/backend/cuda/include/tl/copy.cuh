@@ -2,17 +2,32 @@
 #pragma once
 #include "tl/common.cuh"
 
+// The L2 prefetch of every cp.async read (pass_configs "tl.cuda.l2_prefetch": 0, 64, 128 or 256 bytes; the backend
+// defines TL_L2_PREFETCH before this header when the key is not its default, 128).
+#ifndef TL_L2_PREFETCH
+#define TL_L2_PREFETCH 128
+#endif
+#if TL_L2_PREFETCH == 256
+#define TL_CP_ASYNC_PREFETCH ".L2::256B"
+#elif TL_L2_PREFETCH == 64
+#define TL_CP_ASYNC_PREFETCH ".L2::64B"
+#elif TL_L2_PREFETCH == 0
+#define TL_CP_ASYNC_PREFETCH ""
+#else
+#define TL_CP_ASYNC_PREFETCH ".L2::128B"
+#endif
+
 namespace tl {
 
-// 16-byte copy, bypassing L1 (.cg), fetching whole 128-byte L2 lines: both addresses 16-byte aligned.
+// 16-byte copy, bypassing L1 (.cg), prefetching TL_L2_PREFETCH bytes into L2: both addresses 16-byte aligned.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
+  asm volatile("cp.async.cg.shared.global" TL_CP_ASYNC_PREFETCH " [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
 }
 
 // Same, but when `pred` is false nothing is read and the 16 shared bytes are zero-filled (ragged tile edges).
 __device__ __forceinline__ void cp_async_16_zfill(void* smem, const void* gmem, bool pred) {
   int src_size = pred ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+  asm volatile("cp.async.cg.shared.global" TL_CP_ASYNC_PREFETCH " [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
                "r"(src_size));
 }
 
@@ -32,14 +47,14 @@ __device__ __forceinline__ uint64_t l2_policy() {
 // cp_async_16 / cp_async_16_zfill whose global read carries the L2 cache policy POLICY (.L2::cache_hint).
 template <int POLICY>
 __device__ __forceinline__ void cp_async_16_hint(void* smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint" TL_CP_ASYNC_PREFETCH " [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
                "l"(gmem), "l"(l2_policy<POLICY>()));
 }
 
 template <int POLICY>
 __device__ __forceinline__ void cp_async_16_zfill_hint(void* smem, const void* gmem, bool pred) {
   int src_size = pred ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::128B [%0], [%1], 16, %2, %3;\n" ::"r"(smem_addr(smem)),
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint" TL_CP_ASYNC_PREFETCH " [%0], [%1], 16, %2, %3;\n" ::"r"(smem_addr(smem)),
                "l"(gmem), "r"(src_size), "l"(l2_policy<POLICY>()));
 }
 
