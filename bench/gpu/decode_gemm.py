@@ -12,7 +12,8 @@ each with the automatic split-K (``tl.cuda.split_k`` 0, the wave rule) and force
 configuration (clean-L2 time, bandwidth of B, the ratio to cuBLAS, do_bench ratio, correctness, build time,
 whether the kernel reduces split-K partial sums, the kernel's split-K note) then the five fastest. ``--shape
 MxNxK`` for another decode shape, ``--dtypes`` to pick, ``--prefetch 128 256`` to time each tile with those
-``tl.cuda.l2_prefetch`` sizes, ``--mma-only`` for the 16-row tiles alone.
+``tl.cuda.l2_prefetch`` sizes, ``--mma-only`` for the 16-row tiles alone, ``--hints`` for the best 16-row tiles with
+L2 eviction priorities on the operand copies instead.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import bench_ms_clean  # noqa: E402
 
 import tilelang_core as tilelang  # noqa: E402
+import tilelang_core.language as T  # noqa: E402
 from tilelang_core.quickstart import matmul_relu  # noqa: E402
 
 WGMMA = [(64, 128, 128, 4, 128), (64, 256, 64, 4, 128), (64, 64, 128, 6, 128), (64, 128, 64, 6, 128)]
@@ -39,6 +41,54 @@ MMA_SYNC = [(16, 128, 256, 3, 128), (16, 64, 256, 4, 128), (16, 64, 256, 5, 128)
             (16, 128, 256, 3, 256), (16, 64, 128, 8, 128), (16, 32, 256, 4, 128), (16, 32, 128, 8, 128),
             (16, 32, 256, 6, 128), (16, 64, 128, 5, 128)]
 SPLITS = (0, 2, 4, 8)  # 0: the compiler's choice
+# --hints: the best 16-row tiles with L2 priorities on the operand copies (T.copy eviction_policy=): B is read once
+# per block and by no other block, A is re-read by every block of the grid (a question for an automatic rule)
+HINT_TILES = [(16, 64, 256, 4, 128), (16, 64, 128, 5, 128), (16, 64, 128, 8, 128)]
+HINTS = [(None, None), (None, "evict_first"), ("evict_last", None), ("evict_last", "evict_first")]
+
+
+@tilelang.jit(out_idx=[-1])
+def matmul_relu_hinted(M: int, N: int, K: int, block_M: int, block_N: int, block_K: int, num_stages: int,
+                       threads: int, dtype: str, accum_dtype: str, a_policy: str | None, b_policy: str | None) -> Any:
+    """The quickstart's program with an L2 eviction priority on each operand copy."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((block_M, block_K), dtype)
+            B_s = T.alloc_shared((block_K, block_N), dtype)
+            C_f = T.alloc_fragment((block_M, block_N), accum_dtype)
+            T.clear(C_f)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, k * block_K], A_s, eviction_policy=a_policy)
+                T.copy(B[k * block_K, bx * block_N], B_s, eviction_policy=b_policy)
+                T.gemm(A_s, B_s, C_f)
+            for i, j in T.Parallel(block_M, block_N):
+                C_f[i, j] = T.max(C_f[i, j], 0)
+            T.copy(C_f, C[by * block_M, bx * block_N])
+
+    return main
+
+
+def run_hints(dt: str, shape: tuple[int, int, int], args: argparse.Namespace) -> None:
+    """``--hints``: each of :data:`HINT_TILES` with each pair of :data:`HINTS`, the compiler's split."""
+    M, N, K = shape
+    tdt = getattr(torch, dt)
+    g = torch.Generator(device="cuda").manual_seed(1)
+    a = torch.randn(M, K, device="cuda", generator=g).to(tdt)
+    b = torch.randn(K, N, device="cuda", generator=g).to(tdt)
+    ref = torch.relu(a @ b)
+    t_ref = bench_ms_clean(lambda: torch.relu(a @ b), rep=args.rep)
+    print(f"\n{dt}  cuBLAS: {t_ref * 1e3:.1f} us clean", flush=True)
+    for (bm, bn, bk, st, th), (pa, pb) in itertools.product(HINT_TILES, HINTS):
+        k = tilelang.jit(out_idx=[-1], target="cuda")(matmul_relu_hinted.factory)(
+            M, N, K, bm, bn, bk, st, th, dt, "float32", pa, pb)
+        ok = torch.allclose(k(a, b).float(), ref.float(), rtol=2e-2, atol=2e-1)
+        t = bench_ms_clean(lambda k=k: k(a, b), rep=args.rep)
+        hint = "hint" if "_hint<" in k.get_kernel_source() else "no hint"
+        print(f"  {bm}x{bn}x{bk} s{st} t{th} A {pa or '-'} B {pb or '-'}: {t * 1e3:6.1f} us  "
+              f"{K * N * 2 / t / 1e9:5.2f} TB/s of B  {t_ref / t:.2f}x cuBLAS  {'ok' if ok else 'WRONG'}  {hint}",
+              flush=True)
 
 
 def do_bench_ms(fn: Any) -> float:
@@ -108,6 +158,7 @@ def main() -> None:
     ap.add_argument("--prefetch", nargs="*", type=int, default=[128],
                     help="tl.cuda.l2_prefetch sizes to time (0, 64, 128, 256)")
     ap.add_argument("--mma-only", action="store_true", help="only the 16-row (mma.sync) tiles")
+    ap.add_argument("--hints", action="store_true", help="only the L2 eviction-priority variants (HINTS)")
     args = ap.parse_args()
     M, N, K = args.shape
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  {time.strftime('%Y-%m-%d %H:%M')}  "
@@ -118,7 +169,10 @@ def main() -> None:
 
         tri = triton_ref.matmul
     for dt in args.dtypes:
-        run_dtype(dt, (M, N, K), args, tri)
+        if args.hints:
+            run_hints(dt, (M, N, K), args)
+        else:
+            run_dtype(dt, (M, N, K), args, tri)
 
 
 if __name__ == "__main__":
