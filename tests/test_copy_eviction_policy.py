@@ -138,3 +138,48 @@ def test_cuda_hinted_copies_compute_the_same_values_in_the_emulator():
     a = torch.randn(100, 64).half()
     (b,) = emulate(staged_scale, (100, 64, "evict_first"), {}, [a])
     torch.testing.assert_close(b, a * 2)
+
+
+def _ldgsts_reads_unwritten_uniform_registers(sass: str) -> set[str]:
+    """The uniform registers an LDGSTS addresses through (``[R+URn]``, ``desc[URn]``) that no instruction of the
+    kernel writes (a ``U*`` / ``S2UR`` / ``R2UR`` instruction's first operand, pairs for ``.64``)."""
+    import re
+
+    written: set[int] = set()
+    for op, dst in re.findall(r"\s((?:U|S2UR|R2UR)[A-Z0-9_.]*)\s+UR(\d+)", sass):
+        first = int(dst)
+        written.update({first, first + 1} if ".64" in op else {first})
+    read: set[int] = set()
+    for line in sass.splitlines():
+        if "LDGSTS" in line:
+            read.update(int(n) for n in re.findall(r"\+UR(\d+)\]|desc\[UR(\d+)\]", line) for n in n if n)
+    return {f"UR{n}" for n in sorted(read - written)}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("a_policy, b_policy", [
+    ("evict_last", None),
+    pytest.param(None, "evict_first", marks=pytest.mark.xfail(strict=True, reason=(
+        "known bug (docs/cuda.md, Steering tools): with a hint on the B copy of a pipelined 16-row GEMM, ptxas 13.0 "
+        "emits LDGSTS reading uniform registers nothing writes; the H200 stops with an illegal instruction"))),
+])
+def test_a_hinted_operand_copy_in_a_pipelined_gemm_reads_only_written_registers(a_policy, b_policy, tmp_path,
+                                                                                 monkeypatch):
+    import subprocess
+
+    from test_cuda_wgmma import _cuobjdump
+
+    dis = _cuobjdump()
+    if dis is None:
+        pytest.skip("no cuobjdump: the SASS check needs the disassembler")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "gpu"))
+    from decode_gemm import matmul_relu_hinted
+
+    monkeypatch.setenv("TILELANG_CORE_CACHE_DIR", str(tmp_path))
+    kernel = tilelang.jit(out_idx=[-1], target="cuda -arch=sm_90a")(matmul_relu_hinted.factory)(
+        16, 1024, 2048, 16, 64, 128, 5, 128, "float16", "float32", a_policy, b_policy)
+    assert "_hint<" in kernel.get_kernel_source()
+    cubin = Path(kernel.artifact.path) / kernel.artifact.library_path
+    sass = subprocess.run([dis, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    assert "LDGSTS" in sass
+    assert not _ldgsts_reads_unwritten_uniform_registers(sass)
