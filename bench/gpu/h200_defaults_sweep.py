@@ -286,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=(out_dir / "defaults.json") if out_dir else
                    ROOT / "tilelang_core" / "autotune" / "data" / "defaults.json")
     p.add_argument("--log", type=Path, default=(out_dir or Path(tempfile.gettempdir())) / "h200_defaults_sweep.log")
+    p.add_argument("--commit", default=None, help="the code's commit for the log and the defaults file's header "
+                   "(default: git rev-parse in the repository, which a copied tree may not have or have stale)")
     p.add_argument("--dry-run", action="store_true", help="no GPU: print the space, compile --dry-configs configs")
     p.add_argument("--dry-configs", type=int, default=2, help="dry run: configs of the first problem to compile")
     p.add_argument("--dry-all-forms", action="store_true",
@@ -301,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_sweep(args: argparse.Namespace, log: Log) -> int:
     probs = problems(args.shapes, args.dtypes)
-    log(f"h200_defaults_sweep {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} commit {git_commit()} "
+    commit = args.commit or git_commit()
+    log(f"h200_defaults_sweep {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} commit {commit} "
         f"level {args.level}{f' options {args.options}' if args.options else ''}"
         f"{' (dry run)' if args.dry_run else ''}")
     if args.dry_run:
@@ -352,7 +355,7 @@ def run_sweep(args: argparse.Namespace, log: Log) -> int:
     executor.shutdown()  # its compile and timing processes
     with db.connect() as conn:  # one self-contained file to bring back
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    out = emit(db, done, args.out, arch, {"commit": git_commit(), "device": facts.name, "driver": facts.driver,
+    out = emit(db, done, args.out, arch, {"commit": commit, "device": facts.name, "driver": facts.driver,
                                           "script": "bench/gpu/h200_defaults_sweep.py", "level": args.level,
                                           "options": list(args.options),
                                           "timer": "clean-L2 (bench/gpu/run.py bench_ms_clean)"})
