@@ -1738,7 +1738,42 @@ _EXTERN_MATH = {
     # include/tl/gemm_frag.cuh: one LOP3 (the word-pair decode of tl.DequantFragmentsCUDA, fragment_pairs.py)
     "tl::lop3<234>": lambda a, b, c: (a & b) | c,
     "tl::lop3<106>": lambda a, b, c: (a & b) ^ c,
+    "tl::lop3<202>": lambda a, b, c: (a & b) | (~a & c),
+    # include/tl/gemm_frag.cuh: prmt.b32 and the nibble-table lookup of fragment_tables.py
+    "tl::prmt": lambda a, b, c: _prmt(a, b, c),
 }
+
+
+def _prmt(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """PTX ``prmt.b32`` (default mode): byte i of the result is byte ``c[4i+2:4i]`` of ``{b, a}``, its sign bit
+    replicated over the byte when ``c[4i+3]`` is set."""
+    src = (np.asarray(b).astype(np.uint64) << np.uint64(32)) | np.asarray(a).astype(np.uint64)
+    c = np.asarray(c).astype(np.uint64)
+    out = np.zeros(np.broadcast(src, c).shape, dtype=np.uint64)
+    for i in range(4):
+        sel = (c >> np.uint64(4 * i)) & np.uint64(0xF)
+        byte = (src >> (np.uint64(8) * (sel & np.uint64(7)))) & np.uint64(0xFF)
+        byte = np.where(sel & np.uint64(8), np.where(byte & np.uint64(0x80), np.uint64(0xFF), np.uint64(0)), byte)
+        out |= byte << np.uint64(8 * i)
+    return out.astype(np.uint32)
+
+
+def _nib_lut4(group: int, mask: int) -> Any:
+    """``tl::nib_lut4<G, MASK>(w, t0..t3)`` replayed with :func:`_prmt`, as the header computes it."""
+    def fn(w: np.ndarray, t0: np.ndarray, t1: np.ndarray, t2: np.ndarray, t3: np.ndarray) -> np.ndarray:
+        w = np.asarray(w).astype(np.uint32)
+        x = (w >> np.uint32(16)) if group else w
+        low = np.uint32((mask & 7) * 0x1111)
+        lo = _prmt(t0, t1, x & low)
+        if mask < 8:
+            return lo
+        hi = _prmt(t2, t3, x & low)
+        m = _prmt((w << np.uint32(4)).astype(np.uint32), w, np.uint32(0xFBEA if group else 0xD9C8))
+        return (m & hi) | (~m & lo)
+    return fn
+
+
+_EXTERN_MATH.update({f"tl::nib_lut4<{g}, {m}>": _nib_lut4(g, m) for g in (0, 1) for m in (1, 3, 7, 15)})
 
 _COMBINE = {"SumOp": lambda a, b: a + b, "MaxOp": lambda a, b: np.where(a > b, a, b),
             "MinOp": lambda a, b: np.where(a < b, a, b),

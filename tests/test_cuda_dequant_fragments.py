@@ -211,7 +211,7 @@ def test_each_format_pairs_its_fields_16_bits_apart_or_keeps_one_element_at_a_ti
     assert bool(re.search(word_as_pair, src)) == (d > 1), name
 
 
-@pytest.mark.parametrize("name", ["hi_first", "zp_g128", "int8", "bf16"])
+@pytest.mark.parametrize("name", ["hi_first", "zp_g128", "int8", "bf16", "fp4_e2m1_g32"])
 def test_the_decoded_weights_are_the_nests_own_bit_for_bit(name):
     # one-hot rows of A pick single weights: C[m, n] = W[n, 17 m] exactly (one product, zeros elsewhere), so every
     # nibble / byte position of a word and both halves of a pair are checked against the nest's fp16/bf16 value
@@ -242,3 +242,82 @@ def test_a_split_k_loop_with_fragments_in_registers_matches_torch_in_the_emulato
     SplitKEmulator(func, z_order=[1, 0], pass_configs=cfg).run([*args, C])
     ref = dv.reference(v, args[0], *args[1:])
     torch.testing.assert_close(C.double(), ref, rtol=2e-3, atol=2e-3 * ref.abs().max().item())
+
+
+TABLES = {**ON, "tl.cuda.dequant_fragment_tables": True}
+E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+def test_the_tables_key_is_off_by_default_and_part_of_the_cache_key():
+    assert resolve(None)["tl.cuda.dequant_fragment_tables"] is False
+    assert resolve(TABLES).key() != resolve(ON).key()
+    with pytest.raises(ValueError, match="tl.cuda.dequant_fragment_tables"):
+        resolve({"tl.cuda.dequant_fragment_tables": 1})
+
+
+def test_fp4_with_tables_looks_its_pairs_up_by_byte_permutes_and_word_paired_formats_are_unchanged():
+    fp4 = variant("fp4_e2m1_g32")
+    prog = dv.program(fp4, 16, 256, 512, **dv.tiles(16, fp4))
+    with_tables, without = str(_lowered(prog, TABLES)), str(_lowered(prog, ON))
+    assert "tl::nib_lut4<" in with_tables and "tl::prmt" in with_tables
+    assert "nib_lut4" not in without
+    assert re.search(r"tl::gemm_rb_step<16, 128, 256, 1, 4, \d+, 32, 0, 1>", with_tables)  # natural k order, D = 1
+    for name in ("hi_first", "int8"):  # pairs by one word operation already: the key changes nothing
+        v = variant(name)
+        p = dv.program(v, 16, 256, 512, **dv.tiles(16, v))
+        assert str(_lowered(p, TABLES)) == str(_lowered(p, ON)), name
+
+
+def test_the_table_is_the_decodes_own_values_at_every_nibble():
+    from tilelang_core.transform.cuda import fragment_tables as ft
+
+    fp4 = variant("fp4_e2m1_g32")
+    prog = dv.program(fp4, 16, 256, 512, **dv.tiles(16, fp4))
+    calls: list = []
+    real = ft.table_pair
+
+    def record(v0, v1, ana):
+        calls.append(v0)
+        return real(v0, v1, ana)
+
+    import tilelang_core.transform.cuda.dequant_fragments_cuda as dfc
+
+    dfc.table_pair, saved = record, dfc.table_pair
+    try:
+        _lowered(prog, TABLES)
+    finally:
+        dfc.table_pair = saved
+    assert calls
+    table = ft.table_of(calls[0])
+    want = [torch.tensor(s * v, dtype=torch.float16).view(torch.int16).item() & 0xFFFF
+            for s in (1.0, -1.0) for v in E2M1]
+    assert table == want  # +0 .. 6, then -0 .. -6: e2m1, sign in the top bit of the nibble
+
+
+@pytest.mark.parametrize("M,N,K", [(7, 64, 256), (16, 96, 256)])
+def test_fp4_with_tables_matches_torch_in_the_emulator_ragged_m_and_n(M, N, K):
+    v = variant("fp4_e2m1_g32")
+    args = dv.inputs(v, M, N, K, device="cpu", seed=13)
+    (C,) = emulate(factory(v, 64), (M, N, K), {}, args, arch="sm_90a", pass_configs=TABLES)
+    ref = dv.reference(v, args[0], *args[1:])
+    assert not torch.isnan(C).any()
+    torch.testing.assert_close(C.double(), ref, rtol=2e-3, atol=2e-3 * ref.abs().max().item())
+
+
+def test_fp4_with_tables_decodes_every_weight_bit_for_bit():
+    v = variant("fp4_e2m1_g32")
+    M, N, K = 16, 64, 256
+    args = dv.inputs(v, M, N, K, device="cpu", seed=5)
+    A = torch.zeros(M, K, dtype=args[0].dtype)
+    A[torch.arange(M), 17 * torch.arange(M)] = 1
+    (C,) = emulate(factory(v, 64), (M, N, K), {}, [A, *args[1:]], arch="sm_90a", pass_configs=TABLES)
+    W = dv.dequantize(v, *args[1:])
+    assert torch.equal(C, W[:, 17 * torch.arange(M)].T.to(C.dtype))
+
+
+@needs_nvcc
+def test_fp4_with_tables_compiles_for_sm90a_without_spills(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILELANG_CORE_CACHE_DIR", str(tmp_path))
+    k = dv.compile_variant(variant("fp4_e2m1_g32"), 16, 1024, 1024, TABLES, target={"kind": "cuda", "arch": "sm_90a"})
+    assert "tl::nib_lut4<" in k.get_kernel_source()
+    assert k.resources().spill_stores == 0

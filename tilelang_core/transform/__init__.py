@@ -103,7 +103,8 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
         ("tl.FuseDequantGemmCUDA", lambda f: fuse_dequant_gemm_cuda(f, arch, opts)),
         ("tl.SplitKCUDA", lambda f: split_k_cuda(f, arch, opts)),
         ("tl.DequantFragmentsCUDA", lambda f: dequant_fragments_cuda(
-            f, bool(opts[PassConfigKey.TL_CUDA_DEQUANT_FRAGMENTS_DIRECT])) if fragments else f),
+            f, bool(opts[PassConfigKey.TL_CUDA_DEQUANT_FRAGMENTS_DIRECT]),
+            bool(opts[PassConfigKey.TL_CUDA_DEQUANT_FRAGMENT_TABLES])) if fragments else f),
         ("tl.PipelineCUDA", lambda f: pipeline_cuda(f, opts, arch)),
         ("tl.InsertSyncsCUDA", insert_syncs_cuda),
         ("tl.TmaStoreCUDA", lambda f: tma_store_cuda(f, opts, arch)),

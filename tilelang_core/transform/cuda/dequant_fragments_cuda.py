@@ -75,6 +75,7 @@ from .common import (
     swizzles_of,
 )
 from .fragment_pairs import pair_value
+from .fragment_tables import table_pair
 from .layouts import dtype_bytes
 
 PURE_OPS = {"tirx.if_then_else", "prim.if_then_else", "tirx.shift_left", "tirx.shift_right", "tirx.bitwise_and",
@@ -208,9 +209,10 @@ class DequantFragmentsCUDA(Rewriter):
 
     pass_name = "tl.DequantFragmentsCUDA"
 
-    def __init__(self, func: tirx.PrimFunc, direct: bool = False) -> None:
+    def __init__(self, func: tirx.PrimFunc, direct: bool = False, tables: bool = False) -> None:
         super().__init__()
         self.direct = direct
+        self.tables = tables  # tl.cuda.dequant_fragment_tables: nibble-indexed decodes looked up (fragment_tables)
         self.dropped: list[Any] = []  # the T.copy statements of packed tiles now read from global memory (direct)
         self.layouts = layouts_of(func)
         self.locals = locals_of(func)
@@ -446,31 +448,39 @@ class DequantFragmentsCUDA(Rewriter):
                     stmts.append(tirx.AllocBuffer(arr))
                     lets.append((var, rep(self.ana.simplify(substitute(val, sub))), arr))
                 raw = rep(self.ana.simplify(substitute(nv.raw, sub)))
-                elems.append([self.element(lets, raw, u, x) for x in range(ch)])
+                full = rep(self.ana.simplify(substitute(nv.value, sub)))  # every scalar inlined: for the tables
+                elems.append([(*self.element(lets, raw, u, x), self.ana.simplify(substitute(full, {u: tirx.IntImm(
+                    "int32", x)}))) for x in range(ch)])
             if d is None:  # fields 16 bits apart in a register's two halves (nibbles: 4 k apart, bytes: 2), where
-                # one word operation makes both
-                d = next((c for c in (4, 2) if ch % (2 * c) == 0 and self.paired(elems[0], 0, 0, c) is not None), 1)
+                # one word operation makes both; else (D = 1: a register's two k adjacent, so its two nibbles
+                # share a 16-bit group of the word) a nibble-indexed decode is looked up in its table (fragment_tables)
+                d = next((c for c in (4, 2) if ch % (2 * c) == 0 and self.paired(elems[0], 0, 0, c, False)
+                          is not None), 1)
             for t in range(steps):
                 kk = g * steps + t
                 for ni in range(NT):
                     for e in (0, 2):
-                        pair = self.paired(elems[ni], t, e, d) if d > 1 else None
+                        pair = self.paired(elems[ni], t, e, d)
                         if pair is not None:
                             stmts.append(tirx.BufferStore(bfrag, pair, [tirx.Ramp(tirx.IntImm("int32", ni * 4 + e),
                                                                                    tirx.IntImm("int32", 1), 2)]))
                             continue
                         for h in (0, 1):
-                            pre_h, value = elems[ni][run_offset(t, e + h, d)]
+                            pre_h, value, _ = elems[ni][run_offset(t, e + h, d)]
                             stmts += pre_h + [tirx.BufferStore(bfrag, value, [tirx.IntImm("int32", ni * 4 + e + h)])]
                 name = f"tl::gemm_rb_step<{M}, {N}, {K}, {lay.warp_m}, {lay.warp_n}, {swa}, {ch}, {kk}, {d}>"
                 stmts.append(extern(name, a_ptr, b_ptr, c_ptr))
         self.removed.append(ops["b"].buffer)
         return seq(head + stmts, gemm.span)
 
-    def paired(self, elems: list[tuple[list[Any], Any]], t: int, e: int, d: int) -> Any:
-        """Elements ``e`` and ``e + 1`` of step ``t`` as one ``float16x2`` value (fragment_pairs.py), or None."""
-        (pre0, v0), (pre1, v1) = elems[run_offset(t, e, d)], elems[run_offset(t, e + 1, d)]
-        return pair_value(v0, v1, self.ana) if not pre0 and not pre1 else None
+    def paired(self, elems: list[tuple[list[Any], Any, Any]], t: int, e: int, d: int, tables: bool = True) -> Any:
+        """Elements ``e`` and ``e + 1`` of step ``t`` as one two-lane value: one word operation (fragment_pairs.py),
+        else (``tables``) a lookup in the table of a nibble-indexed decode (fragment_tables.py); or None."""
+        (pre0, v0, full0), (pre1, v1, full1) = elems[run_offset(t, e, d)], elems[run_offset(t, e + 1, d)]
+        got = pair_value(v0, v1, self.ana) if not pre0 and not pre1 else None
+        if got is None and tables and self.tables:
+            got = table_pair(full0, full1, self.ana)
+        return got
 
     def element(self, lets: list[tuple[Any, Any, Any]], raw: Any, u: Any, x: int) -> tuple[list[Any], Any]:
         """The value at ``u = x`` and the statements before it: the nest's multiply-used scalars stored into
@@ -566,10 +576,12 @@ class DequantFragmentsCUDA(Rewriter):
         return tirx.if_then_else(and_all(conds), ld, tirx.const(0, dtype_of(ld))) if conds else ld
 
 
-def dequant_fragments_cuda(func: tirx.PrimFunc, direct: bool = False) -> tirx.PrimFunc:
+def dequant_fragments_cuda(func: tirx.PrimFunc, direct: bool = False, tables: bool = False) -> tirx.PrimFunc:
     """Run the pass (see the module doc): replaced B tiles lose their allocation; notes say why a pair was not.
-    ``direct`` (``tl.cuda.dequant_fragments_direct``): packed tiles that only stage global memory are read from it."""
-    pass_ = DequantFragmentsCUDA(func, direct)
+    ``direct`` (``tl.cuda.dequant_fragments_direct``): packed tiles that only stage global memory are read from it.
+    ``tables`` (``tl.cuda.dequant_fragment_tables``): a decode of one nibble field whose two elements of a register
+    no word operation pairs is looked up in its 16-entry table by byte permutes (``fragment_tables.py``)."""
+    pass_ = DequantFragmentsCUDA(func, direct, tables)
     out = pass_.run(func)
     out = add_notes(out, pass_.notes)  # a kernel with no nest-written B tile has nothing to say
     if not pass_.removed:

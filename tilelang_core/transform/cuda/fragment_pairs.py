@@ -43,7 +43,7 @@ def _byte(e: Any) -> tuple[Any, int] | None:
     return e.source, const_int(e.indices[0])
 
 
-def _field(e: Any) -> tuple[Any, int, int, int, bool] | None:
+def bit_field(e: Any) -> tuple[Any, int, int, int, bool] | None:
     """``(array, byte, shift, mask, signed)`` when ``e`` is a bit field of one staged byte: ``(cast_i32(arr[byte]) >>
     shift) & mask`` of a uint8 array (the shift may be absent), or a whole int8 ``arr[byte]`` (signed, possibly cast
     to int32); else None."""
@@ -70,12 +70,12 @@ def _field(e: Any) -> tuple[Any, int, int, int, bool] | None:
     return got[0], got[1], shift, mask, False
 
 
-def _fields(e: Any) -> list[Any]:
+def bit_fields(e: Any) -> list[Any]:
     """The bit-field nodes of ``e`` (outermost: a field's own cast or load is not counted again)."""
     out: list[Any] = []
 
     def rec(x: Any) -> None:
-        if _field(x) is not None:
+        if bit_field(x) is not None:
             out.append(x)
             return
         for child in _children(x):
@@ -97,7 +97,7 @@ def _children(x: Any) -> list[Any]:
     return []
 
 
-def _swap(e: Any, node: Any, x: Any) -> Any:
+def swap_node(e: Any, node: Any, x: Any) -> Any:
     """``e`` with the sub-expression ``node`` (by identity) replaced by the int32 variable ``x``."""
     def rec(n: Any) -> Any:
         return x if n.same_as(node) else n
@@ -111,10 +111,10 @@ def pair_value(v0: Any, v1: Any, ana: Any) -> Any | None:
     if dt not in MAGIC or dtype_of(v1) != dt:
         return None
     magic, base = MAGIC[dt]
-    f0, f1 = _fields(v0), _fields(v1)
+    f0, f1 = bit_fields(v0), bit_fields(v1)
     if len(f0) != 1 or len(f1) != 1:
         return None
-    (arr0, c0, s0, m0, sg0), (arr1, c1, s1, m1, sg1) = _field(f0[0]), _field(f1[0])
+    (arr0, c0, s0, m0, sg0), (arr1, c1, s1, m1, sg1) = bit_field(f0[0]), bit_field(f1[0])
     pos0, pos1 = 8 * c0 + s0, 8 * c1 + s1
     width = m0.bit_length()
     if not (arr0.same_as(arr1) and m0 == m1 and sg0 == sg1 and (m0 + 1) & m0 == 0 and pos1 == pos0 + 16
@@ -124,7 +124,7 @@ def pair_value(v0: Any, v1: Any, ana: Any) -> Any | None:
     if m0 >= base:
         return None
     x = tvm.ir.Var("dq_field", "int32")
-    g0, g1 = _swap(v0, f0[0], x), _swap(v1, f1[0], x)
+    g0, g1 = swap_node(v0, f0[0], x), swap_node(v1, f1[0], x)
     if not tvm_ffi.structural_equal(g0, g1, map_free_vars=False):
         return None
     # the one cast to the result type of x + z
@@ -177,10 +177,10 @@ def pair_value(v0: Any, v1: Any, ana: Any) -> Any | None:
     else:
         offset = ana.simplify(tirx.Cast(dt, tirx.IntImm("int32", base - low) - tirx.Cast("int32", z)))
         pair = halves - tirx.Broadcast(offset, 2)
-    return _vectorise(rest, h, pair)
+    return vectorise(rest, h, pair)
 
 
-def _vectorise(e: Any, h: Any, pair: Any) -> Any | None:
+def vectorise(e: Any, h: Any, pair: Any) -> Any | None:
     """``e`` (fp16, with ``h`` once on a path of +, -, * whose other operands do not mention it) in two lanes,
     ``h`` replaced by ``pair`` and every other operand broadcast; None for any other shape."""
     if isinstance(e, tvm.ir.Var) and e.same_as(h):
@@ -189,8 +189,8 @@ def _vectorise(e: Any, h: Any, pair: Any) -> Any | None:
         a_h, b_h = mentions(e.a, h), mentions(e.b, h)
         if a_h == b_h:
             return None
-        a = _vectorise(e.a, h, pair) if a_h else tirx.Broadcast(e.a, 2)
-        b = _vectorise(e.b, h, pair) if b_h else tirx.Broadcast(e.b, 2)
+        a = vectorise(e.a, h, pair) if a_h else tirx.Broadcast(e.a, 2)
+        b = vectorise(e.b, h, pair) if b_h else tirx.Broadcast(e.b, 2)
         if a is None or b is None:
             return None
         return type(e)(a, b)

@@ -34,6 +34,33 @@ __device__ __forceinline__ unsigned lop3(unsigned a, unsigned b, unsigned c) {
   return d;
 }
 
+// PTX prmt.b32 (default mode): byte i of d is byte c[4i+2:4i] of {b, a}, its sign replicated when c[4i+3] is set.
+__device__ __forceinline__ unsigned prmt(unsigned a, unsigned b, unsigned c) {
+  unsigned d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// A 16-entry byte table looked up by the four nibbles of 16-bit group G of w (tl.DequantFragmentsCUDA's
+// fragment_tables.py: any decode of a 4-bit field, e.g. fp4 e2m1, whose 16 fp16/bf16 values the compiler
+// tabulated): byte i of the result is table[nibble 4G + i of w], entry e in byte e % 4 of t[e / 4]. The nibbles
+// are prmt selectors: one prmt looks up entries 0..7 (the top bit masked off), a second 8..15, and a third makes
+// the byte mask of the nibbles' top bits (bit 3 of nibble i sits at bit 7 of a byte of w << 4 or of w, which prmt's
+// sign mode replicates); one LOP3 selects. MASK: the field's mask (1, 3, 7: entries 0..MASK, one prmt).
+template <int G, int MASK>
+__device__ __forceinline__ unsigned nib_lut4(unsigned w, unsigned t0, unsigned t1, unsigned t2, unsigned t3) {
+  const unsigned x = G ? (w >> 16) : w;
+  constexpr unsigned LOW = (MASK & 7) * 0x1111u;
+  const unsigned lo = prmt(t0, t1, x & LOW);
+  if constexpr (MASK < 8) {
+    return lo;
+  } else {
+    const unsigned hi = prmt(t2, t3, x & LOW);
+    const unsigned m = prmt(w << 4, w, G ? 0xFBEAu : 0xD9C8u);
+    return lop3<0xCA>(m, hi, lo);  // (m & hi) | (~m & lo)
+  }
+}
+
 // 16 bytes of a lane's packed run straight from global memory (tl.cuda.dequant_fragments_direct), evict-first
 // (ld.global.cs: the weights are read once), zeros where pred is false (past the tensor, as the T.copy's zero fill).
 // src is 16-byte aligned (the pass proves it); dst is the lane's register array.
