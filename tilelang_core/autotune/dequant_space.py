@@ -17,11 +17,15 @@ can take depends on its tile:
   without the producer warpgroup (``tl.disable_warp_specialized``: the register split ptxas ignores there, C7508);
   the latter only where the compiler would specialise (the loop's shared memory, counted with ``weight_bits`` per
   packed weight, leaves room for one block per SM).
+* ``tl.cuda.dequant_fragment_tables`` (a nibble decode no word operation pairs, such as fp4 e2m1, looked up by
+  byte permutes; off by default) works inside the fragments: its twin ``True`` is kept where they apply (the decode
+  tiles); for a decode that pairs by word operations (int4, int8) it changes nothing.
 
 The fragments and wgmma are alternatives for the same gemm, never combined. Tiles (the bench's, so the sweep starts
 from what was measured): decode (``M <= 16``) 16 x 128 x ``block_K`` on 128 threads, 4 stages (3 too); prefill
 128 x 64 x ``min(block_K, 128)`` on 256 threads, 3 stages (2 too). Without ``options`` the space is those tiles
-only; ``options="hopper"`` (or some of ``"dequant_fragments"``, ``"wgmma_written_tiles"``, ``"tma_plain_tiles"``)
+only; ``options="hopper"`` (or some of ``"dequant_fragments"``, ``"wgmma_written_tiles"``, ``"tma_plain_tiles"``,
+``"dequant_fragment_tables"``)
 adds the keys' twins; on sm_80 only the fragments apply. (The W4A16 recogniser, ``tl.cuda.fuse_dequant``, runs
 before the fragments and keeps the one spelling it takes: for that program the fragments twin changes nothing.)
 """
@@ -33,10 +37,11 @@ from typing import Any
 from .spaces import Candidate, _arch, _check_dim, options_of
 from .workers import PASS_CONFIGS
 
-DEQUANT_OPTIONS = ("dequant_fragments", "wgmma_written_tiles", "tma_plain_tiles")
+DEQUANT_OPTIONS = ("dequant_fragments", "wgmma_written_tiles", "tma_plain_tiles", "dequant_fragment_tables")
 KEY_FRAGMENTS = "tl.cuda.dequant_fragments"
 KEY_WRITTEN = "tl.cuda.wgmma_written_tiles"
 KEY_PLAIN_TILES = "tl.cuda.tma_plain_tiles"
+KEY_TABLES = "tl.cuda.dequant_fragment_tables"
 KEY_WS_OFF = "tl.disable_warp_specialized"
 DECODE_MAX_M = 16
 
@@ -80,6 +85,11 @@ def dequant_candidates(target: Any = "cuda", *, M: int, N: int, K: int, block_K:
             out.append(Candidate(frag, "" if rows == 1 else f"dequant_fragments: {rows} warp rows along M would "
                                                           "each decode the same B fragments, so the default keeps "
                                                           "the shared tile here already"))
+        if "dequant_fragment_tables" in names:  # the twin: nibble decodes looked up by prmt (off by default)
+            cfg = {**tile, PASS_CONFIGS: {KEY_TABLES: True}}
+            rows = tile["block_M"] // 16
+            out.append(Candidate(cfg, "" if rows == 1 else "dequant_fragment_tables: the fragments do not apply to "
+                                                         f"{rows} warp rows along M, so the key changes nothing"))
         specialised = lim.smem_per_sm // (loop_smem(tile, weight_bits) + lim.smem_reserved_per_block) < 2
         if "wgmma_written_tiles" in names:  # the twin: mma.sync on the written tile
             cfg = {**tile, PASS_CONFIGS: {KEY_WRITTEN: False}}
