@@ -448,9 +448,10 @@ class DequantFragmentsCUDA(Rewriter):
                     stmts.append(tirx.AllocBuffer(arr))
                     lets.append((var, rep(self.ana.simplify(substitute(val, sub))), arr))
                 raw = rep(self.ana.simplify(substitute(nv.raw, sub)))
-                full = rep(self.ana.simplify(substitute(nv.value, sub)))  # every scalar inlined: for the tables
-                elems.append([(*self.element(lets, raw, u, x), self.ana.simplify(substitute(full, {u: tirx.IntImm(
-                    "int32", x)}))) for x in range(ch)])
+                # every scalar inlined, per element: what the tables evaluate (only computed when they are asked for)
+                full = rep(self.ana.simplify(substitute(nv.value, sub))) if self.tables else None
+                elems.append([(*self.element(lets, raw, u, x), None if full is None else self.ana.simplify(
+                    substitute(full, {u: tirx.IntImm("int32", x)}))) for x in range(ch)])
             if d is None:  # fields 16 bits apart in a register's two halves (nibbles: 4 k apart, bytes: 2), where
                 # one word operation makes both; else (D = 1: a register's two k adjacent, so its two nibbles
                 # share a 16-bit group of the word) a nibble-indexed decode is looked up in its table (fragment_tables)
