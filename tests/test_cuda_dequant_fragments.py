@@ -64,13 +64,18 @@ CASES = [
     ("int8", 16, 64, 512, 64),
     ("fp4_e2m1_g32", 7, 64, 256, 64),  # selects and shifts through scalars used several times, groups of 32, M = 7
 ]
+# tl.cuda.dequant_fragment_tables (off by default): fp4's pairs looked up by byte permutes, ragged M, then ragged N
+TABLES = {**ON, "tl.cuda.dequant_fragment_tables": True}
+TABLE_CASES = [("fp4_e2m1_g32", 7, 64, 256, 64), ("fp4_e2m1_g32", 16, 96, 256, 64)]
 
 
-@pytest.mark.parametrize("name,M,N,K,block_N", CASES, ids=[c[0] for c in CASES])
-def test_each_dequant_variant_with_fragments_in_registers_matches_torch_in_the_emulator(name, M, N, K, block_N):
+@pytest.mark.parametrize("name,M,N,K,block_N,configs", [(*c, ON) for c in CASES] + [(*c, TABLES) for c in TABLE_CASES],
+                         ids=[c[0] for c in CASES] + [f"{c[0]}-tables-{c[1]}x{c[2]}" for c in TABLE_CASES])
+def test_each_dequant_variant_with_fragments_in_registers_matches_torch_in_the_emulator(name, M, N, K, block_N,
+                                                                                        configs):
     v = variant(name)
     args = dv.inputs(v, M, N, K, device="cpu", seed=11)
-    (C,) = emulate(factory(v, block_N), (M, N, K), {}, args, arch="sm_90a", pass_configs=ON)
+    (C,) = emulate(factory(v, block_N), (M, N, K), {}, args, arch="sm_90a", pass_configs=configs)
     ref = dv.reference(v, args[0], *args[1:])
     assert not torch.isnan(C).any()
     # the weights are the nest's own fp16/bf16 values; what differs is fp32 summation order and the output rounding
@@ -211,8 +216,10 @@ def test_each_format_pairs_its_fields_16_bits_apart_or_keeps_one_element_at_a_ti
     assert bool(re.search(word_as_pair, src)) == (d > 1), name
 
 
-@pytest.mark.parametrize("name", ["hi_first", "zp_g128", "int8", "bf16", "fp4_e2m1_g32"])
-def test_the_decoded_weights_are_the_nests_own_bit_for_bit(name):
+@pytest.mark.parametrize("name,configs", [(n, ON) for n in ("hi_first", "zp_g128", "int8", "bf16", "fp4_e2m1_g32")]
+                         + [("fp4_e2m1_g32", TABLES)], ids=lambda x: x if isinstance(x, str) else
+                         ("tables" if x.get("tl.cuda.dequant_fragment_tables") else "on"))
+def test_the_decoded_weights_are_the_nests_own_bit_for_bit(name, configs):
     # one-hot rows of A pick single weights: C[m, n] = W[n, 17 m] exactly (one product, zeros elsewhere), so every
     # nibble / byte position of a word and both halves of a pair are checked against the nest's fp16/bf16 value
     v = variant(name)
@@ -220,7 +227,7 @@ def test_the_decoded_weights_are_the_nests_own_bit_for_bit(name):
     args = dv.inputs(v, M, N, K, device="cpu", seed=5)
     A = torch.zeros(M, K, dtype=args[0].dtype)
     A[torch.arange(M), 17 * torch.arange(M)] = 1
-    (C,) = emulate(factory(v, 64), (M, N, K), {}, [A, *args[1:]], arch="sm_90a", pass_configs=ON)
+    (C,) = emulate(factory(v, 64), (M, N, K), {}, [A, *args[1:]], arch="sm_90a", pass_configs=configs)
     W = dv.dequantize(v, *args[1:])
     assert torch.equal(C, W[:, 17 * torch.arange(M)].T.to(C.dtype))
 
@@ -244,7 +251,6 @@ def test_a_split_k_loop_with_fragments_in_registers_matches_torch_in_the_emulato
     torch.testing.assert_close(C.double(), ref, rtol=2e-3, atol=2e-3 * ref.abs().max().item())
 
 
-TABLES = {**ON, "tl.cuda.dequant_fragment_tables": True}
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 
 
@@ -268,51 +274,25 @@ def test_fp4_with_tables_looks_its_pairs_up_by_byte_permutes_and_word_paired_for
         assert str(_lowered(p, TABLES)) == str(_lowered(p, ON)), name
 
 
-def test_the_table_is_the_decodes_own_values_at_every_nibble():
+def test_the_table_is_the_decodes_own_values_at_every_nibble(monkeypatch):
+    import tilelang_core.transform.cuda.dequant_fragments_cuda as dfc
     from tilelang_core.transform.cuda import fragment_tables as ft
 
     fp4 = variant("fp4_e2m1_g32")
     prog = dv.program(fp4, 16, 256, 512, **dv.tiles(16, fp4))
     calls: list = []
-    real = ft.table_pair
 
     def record(v0, v1, ana):
         calls.append(v0)
-        return real(v0, v1, ana)
+        return ft.table_pair(v0, v1, ana)
 
-    import tilelang_core.transform.cuda.dequant_fragments_cuda as dfc
-
-    dfc.table_pair, saved = record, dfc.table_pair
-    try:
-        _lowered(prog, TABLES)
-    finally:
-        dfc.table_pair = saved
+    monkeypatch.setattr(dfc, "table_pair", record)
+    _lowered(prog, TABLES)
     assert calls
     table = ft.table_of(calls[0])
     want = [torch.tensor(s * v, dtype=torch.float16).view(torch.int16).item() & 0xFFFF
             for s in (1.0, -1.0) for v in E2M1]
     assert table == want  # +0 .. 6, then -0 .. -6: e2m1, sign in the top bit of the nibble
-
-
-@pytest.mark.parametrize("M,N,K", [(7, 64, 256), (16, 96, 256)])
-def test_fp4_with_tables_matches_torch_in_the_emulator_ragged_m_and_n(M, N, K):
-    v = variant("fp4_e2m1_g32")
-    args = dv.inputs(v, M, N, K, device="cpu", seed=13)
-    (C,) = emulate(factory(v, 64), (M, N, K), {}, args, arch="sm_90a", pass_configs=TABLES)
-    ref = dv.reference(v, args[0], *args[1:])
-    assert not torch.isnan(C).any()
-    torch.testing.assert_close(C.double(), ref, rtol=2e-3, atol=2e-3 * ref.abs().max().item())
-
-
-def test_fp4_with_tables_decodes_every_weight_bit_for_bit():
-    v = variant("fp4_e2m1_g32")
-    M, N, K = 16, 64, 256
-    args = dv.inputs(v, M, N, K, device="cpu", seed=5)
-    A = torch.zeros(M, K, dtype=args[0].dtype)
-    A[torch.arange(M), 17 * torch.arange(M)] = 1
-    (C,) = emulate(factory(v, 64), (M, N, K), {}, [A, *args[1:]], arch="sm_90a", pass_configs=TABLES)
-    W = dv.dequantize(v, *args[1:])
-    assert torch.equal(C, W[:, 17 * torch.arange(M)].T.to(C.dtype))
 
 
 @needs_nvcc
@@ -321,3 +301,38 @@ def test_fp4_with_tables_compiles_for_sm90a_without_spills(tmp_path, monkeypatch
     k = dv.compile_variant(variant("fp4_e2m1_g32"), 16, 1024, 1024, TABLES, target={"kind": "cuda", "arch": "sm_90a"})
     assert "tl::nib_lut4<" in k.get_kernel_source()
     assert k.resources().spill_stores == 0
+
+
+def _exp2_decode(M, N, K, block_M=16, block_N=128, block_K=256, num_stages=4, threads=128, dtype="float16"):
+    """A nibble decode through a transcendental: the tables cannot evaluate it exactly, the fragments still apply."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((N, K // 2), "uint8"), S: T.Tensor((N,), dtype),
+             C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((block_M, block_K), dtype)
+            B_p = T.alloc_shared((block_N, block_K // 2), "uint8")
+            B_s = T.alloc_shared((block_N, block_K), dtype)
+            C_l = T.alloc_fragment((block_M, block_N), "float32")
+            T.clear(C_l)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, k * block_K], A_s)
+                T.copy(B[bx * block_N, k * (block_K // 2)], B_p)
+                for i, j in T.Parallel(block_N, block_K):
+                    q = T.cast((B_p[i, j // 2] >> (4 * (j % 2))) & 0xF, "int32")
+                    B_s[i, j] = T.cast(T.exp2(T.cast(q, "float32") - 8.0), dtype) * S[bx * block_N + i]
+                T.gemm(A_s, B_s, C_l, transpose_B=True)
+            T.copy(C_l, C[by * block_M, bx * block_N])
+
+    return main
+
+
+def test_a_decode_the_tables_cannot_evaluate_keeps_one_element_at_a_time_and_says_why():
+    seen = codegen.lower(_exp2_decode(16, 256, 512), None, "sm_90a", TABLES)
+    src = str(seen["main"])
+    assert "tl::gemm_rb_step<" in src and "nib_lut4" not in src
+    notes = [n for n in read_notes(seen) if "tl.cuda.dequant_fragment_tables" in n]
+    assert len(notes) == 1 and "B_s is decoded one element at a time" in notes[0] and notes[0].startswith("line ")
+    fp4 = variant("fp4_e2m1_g32")  # the tables apply: nothing to say
+    assert not [n for n in read_notes(codegen.lower(dv.program(fp4, 16, 256, 512, **dv.tiles(16, fp4)), None,
+                                                    "sm_90a", TABLES)) if "dequant_fragment_tables" in n]

@@ -49,7 +49,7 @@ def test_the_default_prefetches_128_bytes_and_256_reaches_the_sass(tmp_path, mon
 
 
 @needs_nvcc
-def test_a_kernel_without_cp_async_is_left_as_it_is(tmp_path, monkeypatch):
+def test_a_kernel_without_cp_async_is_left_as_it_is_with_a_note(tmp_path, monkeypatch):
     import tilelang_core.language as T
 
     @tilelang.jit(out_idx=[-1], target="cuda -arch=sm_90a", pass_configs={"tl.cuda.l2_prefetch": 256})
@@ -62,7 +62,11 @@ def test_a_kernel_without_cp_async_is_left_as_it_is(tmp_path, monkeypatch):
         return main
 
     monkeypatch.setenv("TILELANG_CORE_CACHE_DIR", str(tmp_path))
-    assert "TL_L2_PREFETCH" not in add_one().get_kernel_source()
+    kernel = add_one()
+    assert "TL_L2_PREFETCH" not in kernel.get_kernel_source()
+    assert any("tl.cuda.l2_prefetch=256 changes nothing here: the kernel has no cp.async reads" in n
+               for n in kernel.notes), kernel.notes
+    assert not any("l2_prefetch" in n for n in _kernel(256, tmp_path, monkeypatch).notes)  # applied: no note
 
 
 @pytest.mark.parametrize("bad", [512, 100, "256", True])

@@ -72,15 +72,20 @@ def matmul_relu_hinted(M: int, N: int, K: int, block_M: int, block_N: int, block
     return main
 
 
+def operands(dt: str, shape: tuple[int, int, int], seed: int, rep: int) -> tuple[Any, Any, Any, float]:
+    """Random ``a`` (M x K), ``b`` (K x N) on the GPU, the reference ``relu(a @ b)`` and its clean-L2 time (ms)."""
+    M, N, K = shape
+    tdt = getattr(torch, dt)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(M, K, device="cuda", generator=g).to(tdt)
+    b = torch.randn(K, N, device="cuda", generator=g).to(tdt)
+    return a, b, torch.relu(a @ b), bench_ms_clean(lambda: torch.relu(a @ b), rep=rep)
+
+
 def run_hints(dt: str, shape: tuple[int, int, int], args: argparse.Namespace) -> None:
     """``--hints``: each of :data:`HINT_TILES` with each pair of :data:`HINTS`, the compiler's split."""
     M, N, K = shape
-    tdt = getattr(torch, dt)
-    g = torch.Generator(device="cuda").manual_seed(1)
-    a = torch.randn(M, K, device="cuda", generator=g).to(tdt)
-    b = torch.randn(K, N, device="cuda", generator=g).to(tdt)
-    ref = torch.relu(a @ b)
-    t_ref = bench_ms_clean(lambda: torch.relu(a @ b), rep=args.rep)
+    a, b, ref, t_ref = operands(dt, shape, 1, args.rep)
     print(f"\n{dt}  cuBLAS: {t_ref * 1e3:.1f} us clean", flush=True)
     for (bm, bn, bk, st, th), (pa, pb) in itertools.product(HINT_TILES, HINTS):
         k = tilelang.jit(out_idx=[-1], target="cuda")(matmul_relu_hinted.factory)(
@@ -107,12 +112,7 @@ def parse_shape(s: str) -> tuple[int, int, int]:
 def run_dtype(dt: str, shape: tuple[int, int, int], args: argparse.Namespace, tri: Any) -> None:
     """Time cuBLAS, Triton and every configuration at one dtype; print the lines and the five fastest."""
     M, N, K = shape
-    tdt = getattr(torch, dt)
-    g = torch.Generator(device="cuda").manual_seed(0)
-    a = torch.randn(M, K, device="cuda", generator=g).to(tdt)
-    b = torch.randn(K, N, device="cuda", generator=g).to(tdt)
-    ref = torch.relu(a @ b)
-    t_ref = bench_ms_clean(lambda: torch.relu(a @ b), rep=args.rep)
+    a, b, ref, t_ref = operands(dt, shape, 0, args.rep)
     d_ref = do_bench_ms(lambda: torch.relu(a @ b))
     line = f"\n{dt}  cuBLAS: {t_ref * 1e3:.1f} us clean, {d_ref * 1e3:.1f} us do_bench"
     if tri is not None:

@@ -56,7 +56,7 @@ def build_artifact(func: Any, out_dir: Any, target: dict[str, Any], specs: list[
                    library_sha256=sha256_file(build.cubin) if compile_cubin else "",
                    extra={"name": name or "main", "config": {k: repr(v) for k, v in (config or {}).items()},
                           "cuda": meta, "timings": timings, "pass_configs": opts.explicit(),
-                          "compile_flags": list(compile_flags or []), "notes": read_notes(mod)})
+                          "compile_flags": list(compile_flags or []), "notes": read_notes(mod) + build.notes})
     art.write_meta()
     return art
 

@@ -39,6 +39,7 @@ class CudaBuild:
     serial_streams: bool = False  # the kernel keeps state in module globals (split-K workspace)
     arg_dtypes: list[str] = field(default_factory=list)  # per kernel argument: "handle" (a tensor) or a scalar dtype
     tma: list[dict[str, Any]] = field(default_factory=list)  # tensor maps to encode per launch (exported.TensorMaps)
+    notes: list[str] = field(default_factory=list)  # code generation's notes (an option that changed nothing)
 
     def launch_meta(self) -> dict[str, Any]:
         """The launch description the artifact stores (``extra["cuda"]``)."""
@@ -83,7 +84,7 @@ def build(mod: Any, out_dir: Path, arch: str = DEFAULT_ARCH, instruments: list[A
     return CudaBuild(cubin=cubin, source_file=cu, kernel=src.kernel, arg_names=src.arg_names, grid=src.grid,
                      block=src.block, dyn_smem=src.dyn_smem, arch=arch, command=cmd, compiler_output=msgs,
                      timings=timings, serial_streams=STATEFUL_MARK in src.source, arg_dtypes=src.arg_dtypes,
-                     tma=src.tma)
+                     tma=src.tma, notes=list(src.notes))
 
 
 __all__ = ["CudaBuild", "CudaSource", "DEFAULT_ARCH", "INCLUDE_DIR", "build", "compile_cubin", "compiler_identity",

@@ -35,6 +35,7 @@ class CudaSource:
     timings: dict[str, float] = field(default_factory=dict)
     arg_dtypes: list[str] = field(default_factory=list)  # "handle" for a tensor's pointer, else the scalar's dtype
     tma: list[dict[str, Any]] = field(default_factory=list)  # tensor maps the launcher encodes (sm90/tma.py)
+    notes: list[str] = field(default_factory=list)  # what a code-generation option did not change, and why
 
 
 def _int_or_str(g: Any) -> int | str:
@@ -225,18 +226,23 @@ def generate(mod: Any, arch: str = "sm_90", instruments: list[Any] | None = None
         source = _tma_source(source, kname, len(tma_maps))
     if not re.search(rf"__global__\s+void\s+(__launch_bounds__\(\d+\)\s+)?{re.escape(kname)}\s*\(", source):
         raise TileLangCompileError(f"kernel {kname} not found in the generated CUDA source", stage="codegen")
-    if resolve(options)[PassConfigKey.TL_CUDA_STREAMING_LOADS]:
+    cfg = resolve(options)
+    if cfg[PassConfigKey.TL_CUDA_STREAMING_LOADS]:
         # read-once inputs: evict-first loads (a cache hint; see streaming_loads)
         source = streaming_loads.rewrite_source(source, streaming_loads.streaming_buffers(func))
-    prefetch = resolve(options)[PassConfigKey.TL_CUDA_L2_PREFETCH]
+    notes: list[str] = []
+    prefetch = cfg[PassConfigKey.TL_CUDA_L2_PREFETCH]
     if prefetch != 128 and "tl::cp_async_16" in source:  # read by include/tl/copy.cuh, before any include
         source = f"#define TL_L2_PREFETCH {prefetch}\n" + source
+    elif prefetch != 128:
+        notes.append(f"tl.cuda.l2_prefetch={prefetch} changes nothing here: the kernel has no cp.async reads (its "
+                     "global loads are TMA boxes or plain loads)")
     cluster = func.attrs["tl.cluster_dims"] if func.attrs is not None and "tl.cluster_dims" in func.attrs else None
     if cluster is not None:  # a compile-time cluster shape (split-K through distributed shared memory)
         dims = ", ".join(str(int(c)) for c in cluster)
         source = re.sub(r"__global__\s+void\s+", f"__global__ void __cluster_dims__({dims}) ", source)
     return CudaSource(source=source, kernel=kname, arg_names=arg_names, grid=grid, block=[threads, 1, 1],
-                      dyn_smem=smem, timings={"codegen": t1 - t0}, arg_dtypes=arg_dtypes, tma=tma_maps)
+                      dyn_smem=smem, timings={"codegen": t1 - t0}, arg_dtypes=arg_dtypes, tma=tma_maps, notes=notes)
 
 
 def _param_views(func: Any) -> dict[str, str]:

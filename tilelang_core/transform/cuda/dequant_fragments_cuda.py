@@ -430,6 +430,7 @@ class DequantFragmentsCUDA(Rewriter):
         head: list[Any] = []  # direct: every group's staging loads first, so they are all in flight before the mmas
         u = new_var("dq_u")
         d = None  # the pair distance of the k permutation (include/tl/gemm_frag.cuh), chosen on the first group
+        table_note = False  # tl.cuda.dequant_fragment_tables fell back to elements: said once per gemm
         for g in range(K // (4 * ch)):
             elems: list[list[Any]] = []  # [ni][u]: (statements, value) at k = run + u
             for ni in range(NT):
@@ -462,6 +463,14 @@ class DequantFragmentsCUDA(Rewriter):
                 for ni in range(NT):
                     for e in (0, 2):
                         pair = self.paired(elems[ni], t, e, d)
+                        if pair is None and self.tables and not table_note:
+                            table_note = True
+                            self.notes.append(
+                                f"{at_line(gemm)}tl.cuda.dequant_fragment_tables: {ops['b'].buffer.name} is decoded "
+                                "one element at a time: its value is not a function of one nibble field of a packed "
+                                "byte that the compiler can evaluate exactly at every field value (a load or "
+                                "variable besides the field and shared factors, a transcendental, or a denormal "
+                                "float32 intermediate)")
                         if pair is not None:
                             stmts.append(tirx.BufferStore(bfrag, pair, [tirx.Ramp(tirx.IntImm("int32", ni * 4 + e),
                                                                                    tirx.IntImm("int32", 1), 2)]))
