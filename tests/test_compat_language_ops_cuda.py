@@ -26,10 +26,10 @@ needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found (set
                                                              "compile tests need the CUDA toolkit, not a GPU")
 
 
-def cuda_source(out: Path, factory, *args, cubin: bool = True) -> str:
+def cuda_source(out: Path, factory, *args, cubin: bool = True, arch: str = "sm_90") -> str:
     func = factory.get_program(*args)
     specs = _param_specs(func)
-    build_artifact(func, out, {"kind": "cuda", "arch": "sm_90"}, specs, _normalize_out_idx(factory.out_idx,
+    build_artifact(func, out, {"kind": "cuda", "arch": arch}, specs, _normalize_out_idx(factory.out_idx,
                                                                                          len(specs)),
                    compile_cubin=cubin)
     if cubin:

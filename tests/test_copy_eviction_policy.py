@@ -101,14 +101,35 @@ def test_bad_eviction_policy_is_an_error_naming_the_argument(bad):
 
 
 @needs_nvcc
-def test_cuda_pipelined_copy_carries_the_l2_hint_on_cp_async(tmp_path):
+def test_cuda_pipelined_copy_carries_the_l2_hint_on_cp_async_before_hopper(tmp_path):
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
-    src = cuda_source(tmp_path / "a", pipelined_gemm, 128, 128, 128, "evict_first")
+    src = cuda_source(tmp_path / "a", pipelined_gemm, 128, 128, 128, "evict_first", arch="sm_80")
     hinted = [ln for ln in src.splitlines() if "cp_async_16" in ln]
     assert any("tl::cp_async_16_hint<1>" in ln and "A_ptr" in ln for ln in hinted)
     assert not any("_hint" in ln and "B_ptr" in ln for ln in hinted)  # only the copy that asked
-    plain = cuda_source(tmp_path / "b", pipelined_gemm, 128, 128, 128, None, cubin=False)
+    plain = cuda_source(tmp_path / "b", pipelined_gemm, 128, 128, 128, None, cubin=False, arch="sm_80")
     assert "_hint<" not in plain
+
+
+@needs_nvcc
+def test_cuda_pipelined_copies_on_sm90_leave_the_hint_off_and_say_why(tmp_path, monkeypatch):
+    """ptxas 13.0 miscompiles some hinted cp.async loops on sm_90 (the SASS test below) and our TMA loads carry no
+    hint: on sm_90 a wgmma loop's hinted loads go by TMA like unhinted ones, a 16-row (mma.sync) loop's by plain
+    cp.async, and each kernel's note names the copy and the reason."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "gpu"))
+    from decode_gemm import matmul_relu_hinted
+
+    monkeypatch.setenv("TILELANG_CORE_CACHE_DIR", str(tmp_path))
+    hopper = tilelang.jit(out_idx=[-1], target="cuda -arch=sm_90a")
+    wide = hopper(pipelined_gemm.factory)(128, 128, 128, "evict_first")
+    assert "cp_async_16" not in wide.get_kernel_source() and "tma_load" in wide.get_kernel_source()
+    assert any("T.copy eviction_policy not applied to the T.Pipelined loads on sm_90" in n for n in wide.notes)
+    narrow = hopper(matmul_relu_hinted.factory)(16, 1024, 2048, 16, 64, 128, 5, 128, "float16", "float32", None,
+                                                "evict_first")
+    src = narrow.get_kernel_source()
+    assert "cp_async_16" in src and "_hint<" not in src
+    assert any("T.copy B -> B_s: eviction_policy=evict_first not applied to its cp.async loads on sm_90" in n
+               for n in narrow.notes), narrow.notes
 
 
 @needs_nvcc
@@ -157,12 +178,7 @@ def _ldgsts_reads_unwritten_uniform_registers(sass: str) -> set[str]:
 
 
 @needs_nvcc
-@pytest.mark.parametrize("a_policy, b_policy", [
-    ("evict_last", None),
-    pytest.param(None, "evict_first", marks=pytest.mark.xfail(strict=True, reason=(
-        "known bug (docs/cuda.md, Steering tools): with a hint on the B copy of a pipelined 16-row GEMM, ptxas 13.0 "
-        "emits LDGSTS reading uniform registers nothing writes; the H200 stops with an illegal instruction"))),
-])
+@pytest.mark.parametrize("a_policy, b_policy", [("evict_last", None), (None, "evict_first")])
 def test_a_hinted_operand_copy_in_a_pipelined_gemm_reads_only_written_registers(a_policy, b_policy, tmp_path,
                                                                                  monkeypatch):
     import subprocess
@@ -178,7 +194,7 @@ def test_a_hinted_operand_copy_in_a_pipelined_gemm_reads_only_written_registers(
     monkeypatch.setenv("TILELANG_CORE_CACHE_DIR", str(tmp_path))
     kernel = tilelang.jit(out_idx=[-1], target="cuda -arch=sm_90a")(matmul_relu_hinted.factory)(
         16, 1024, 2048, 16, 64, 128, 5, 128, "float16", "float32", a_policy, b_policy)
-    assert "_hint<" in kernel.get_kernel_source()
+    assert "_hint<" not in kernel.get_kernel_source()  # left off on sm_90, with a note
     cubin = Path(kernel.artifact.path) / kernel.artifact.library_path
     sass = subprocess.run([dis, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     assert "LDGSTS" in sass

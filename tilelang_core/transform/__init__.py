@@ -108,7 +108,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
         ("tl.PipelineCUDA", lambda f: pipeline_cuda(f, opts, arch)),
         ("tl.InsertSyncsCUDA", insert_syncs_cuda),
         ("tl.TmaStoreCUDA", lambda f: tma_store_cuda(f, opts, arch)),
-        ("tl.LowerTileOpsCUDA", lower_tile_ops_cuda),
+        ("tl.LowerTileOpsCUDA", lambda f: lower_tile_ops_cuda(f, arch)),
         ("tl.FP8EncodeCUDA", fp8_encode_cuda),
         ("tl.LowerParallelCUDA", lower_parallel_cuda),
         ("tl.VectorAtomicsCUDA", lambda f: vector_atomics_cuda(f, opts, arch)),

@@ -136,8 +136,11 @@ def _guard(conds: list[Any], stmt: Any, els: Any = None) -> Any:
 class LowerTileOpsCUDA(Rewriter):
     pass_name = "tl.LowerTileOpsCUDA"
 
-    def __init__(self, func: tirx.PrimFunc) -> None:
+    def __init__(self, func: tirx.PrimFunc, arch: str = "sm_90") -> None:
         super().__init__()
+        # ptxas 13.0 can emit LDGSTS reading uniform registers nothing writes when cp.async carries an L2 cache
+        # policy on sm_90 (an illegal instruction on the H200; docs/cuda.md, "Steering tools"): no hint there
+        self.async_hints = not arch.startswith("sm_90")
         self.tid = find_thread_var(func)
         self.threads = thread_count(func)
         self.layouts = layouts_of(func)
@@ -154,6 +157,7 @@ class LowerTileOpsCUDA(Rewriter):
         self.width_notes: list[str] = []  # wgmma instructions narrowed to fit the entry registers
         self.reducers = reducers_in(func)  # T.alloc_reducer buffers -> op
         self.hint_notes: list[str] = []  # T.copy eviction_policy hints that no load could carry
+        self.dropped_hint = 0  # the policy _copy_distributed left off its cp.async loads (sm_90), for the note
         # T.annotate_layout index maps: the contiguous run of each tile's last dimension bounds its vector accesses
         self.runs = {n: u.run for n, u in user_layouts(func).items() if u.kind == "index"}
 
@@ -307,8 +311,16 @@ class LowerTileOpsCUDA(Rewriter):
                 return self.write(dst.buffer, self.guarded_read(src.buffer, si, str(dst.buffer.dtype)), di)
             return self.nest(exts, one)
         policy = eviction_of(s) or 0
+        self.dropped_hint = 0
         out = self._copy_distributed(src, sd, dst, dd, exts, is_async, policy if ks == "G" else 0)
-        if policy and ks == "G" and not calls_extern(out, "tl::"):
+        if self.dropped_hint:
+            note = (f"{at_line(s)}T.copy {src.buffer.name} -> {dst.buffer.name}: eviction_policy="
+                    f"{EVICTION_NAMES[policy]} not applied to its cp.async loads on sm_90 (ptxas 13.0 can miscompile "
+                    "cp.async with an L2 cache hint there; docs/cuda.md, Steering tools); synchronous copies keep "
+                    "the hint")
+            if note not in self.hint_notes:
+                self.hint_notes.append(note)
+        elif policy and ks == "G" and not calls_extern(out, "tl::"):
             self.hint_notes.append(f"{at_line(s)}T.copy {src.buffer.name} -> {dst.buffer.name}: eviction_policy="
                                    f"{EVICTION_NAMES[policy]} not applied (the L2 hint rides on 16-byte loads; this "
                                    "copy's rows are not 16-byte chunks)")
@@ -451,6 +463,9 @@ class LowerTileOpsCUDA(Rewriter):
         n_chunks = total // vec
         rounds = -(-n_chunks // self.threads)
         use_cp_async = is_async and ks == "G" and kd == "S" and vec * dtype_bytes(sdt) == 16
+        if use_cp_async and policy and not self.async_hints:
+            self.dropped_hint = policy
+            policy = 0
         if not use_cp_async and vec > 4 and sdt.startswith("float8"):
             vec = 4  # TVM's CUDA codegen prints float8 vectors (and their zero-fill broadcasts) of 1, 2 or 4 lanes only
             cshape = exts[:-1] + [exts[-1] // vec]
@@ -1088,9 +1103,9 @@ def _void_extern(s: Any) -> Any:
     return s
 
 
-def lower_tile_ops_cuda(func: tirx.PrimFunc) -> tirx.PrimFunc:
+def lower_tile_ops_cuda(func: tirx.PrimFunc, arch: str = "sm_90") -> tirx.PrimFunc:
     check_reducer_writes(func, reducers_in(func))
-    pass_ = LowerTileOpsCUDA(func)
+    pass_ = LowerTileOpsCUDA(func, arch)
     out = pass_.run(func)
     if pass_.reducers:  # tl.LowerParallelCUDA gives each iteration of a nest updating one of them to one thread
         out = out.with_attr(ATTR_REDUCERS, pass_.reducers)

@@ -561,12 +561,12 @@ class PipelineCUDA(Rewriter):
         if not any(is_wgmma_swizzle(self.swizzle.get(_producer_dst(p), 0)) for p in producers):
             return None  # no producer fills a wgmma tile (tiles for mma.sync or FMA): nothing to report
         hinted = [p for p in producers if eviction_of(p)]
-        if hinted:  # the L2 hint rides on cp.async (tl::cp_async_16_hint); our TMA loads carry none
+        if hinted:  # neither carries the hint on sm_90: our TMA loads have none, cp.async's is miscompiled there
             from ..common.notes import at_line
 
-            self.fused_notes.append(f"{at_line(hinted[0])}T.Pipelined loads keep cp.async, not TMA: T.copy "
-                                    "eviction_policy is carried by cp.async's L2 cache hint")
-            return None
+            self.fused_notes.append(f"{at_line(hinted[0])}T.copy eviction_policy not applied to the T.Pipelined "
+                                    "loads on sm_90: TMA loads carry no L2 hint here, and ptxas 13.0 can miscompile "
+                                    "cp.async with one (docs/cuda.md, Steering tools)")
         why = next((w for m, w in plans if m is None), "")
         if why and not plain and any(m is None and not is_wgmma_swizzle(self.swizzle.get(_producer_dst(p), 0))
                                      for (m, _), p in zip(plans, producers)):
