@@ -254,7 +254,7 @@ def test_the_dequant_space_twins_take_their_options_and_the_dropped_ones_would_n
         if "warp specialisation" in c.reason:  # the compiler does not specialise this loop anyway
             assert threads == c.config["threads"] and "ws_keep_occupancy" in " ".join(text(
                 _without(c.config, ("tl.disable_warp_specialized",)))[1])
-        if pcs.get("tl.cuda.dequant_fragment_tables"):  # hi_first pairs by word operations: no lookup, same code
+        if pcs.get("tl.cuda.dequant_fragment_tables") is False:  # hi_first pairs by word operations: same code
             assert "nib_lut4" not in src and src == text(_without(c.config, ("tl.cuda.dequant_fragment_tables",)))[0]
     kinds = {tuple(sorted(_pcs(c.config))) for c in cands if c.kept}
     assert kinds == ({(), ("tl.cuda.dequant_fragments",), ("tl.cuda.dequant_fragment_tables",)} if M <= 16 else

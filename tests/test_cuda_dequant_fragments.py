@@ -33,7 +33,9 @@ import dequant_variants as dv  # noqa: E402
 from cuda_emulator import emulate  # noqa: E402
 
 # the general path alone: the W4A16 recogniser (run first by default) would take the example's own spelling
-ON = {"tl.cuda.dequant_fragments": True, "tl.cuda.fuse_dequant": False}
+# the fragments with nibble decodes one element at a time (tl.cuda.dequant_fragment_tables, on by default, off here:
+# TABLES below turns it back on, and the tests show where the two differ)
+ON = {"tl.cuda.dequant_fragments": True, "tl.cuda.fuse_dequant": False, "tl.cuda.dequant_fragment_tables": False}
 OFF = {"tl.cuda.dequant_fragments": False}
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found: the CUDA compile tests need it")
 
@@ -64,7 +66,7 @@ CASES = [
     ("int8", 16, 64, 512, 64),
     ("fp4_e2m1_g32", 7, 64, 256, 64),  # selects and shifts through scalars used several times, groups of 32, M = 7
 ]
-# tl.cuda.dequant_fragment_tables (off by default): fp4's pairs looked up by byte permutes, ragged M, then ragged N
+# tl.cuda.dequant_fragment_tables (on by default): fp4's pairs looked up by byte permutes, ragged M, then ragged N
 TABLES = {**ON, "tl.cuda.dequant_fragment_tables": True}
 TABLE_CASES = [("fp4_e2m1_g32", 7, 64, 256, 64), ("fp4_e2m1_g32", 16, 96, 256, 64)]
 
@@ -254,8 +256,8 @@ def test_a_split_k_loop_with_fragments_in_registers_matches_torch_in_the_emulato
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 
 
-def test_the_tables_key_is_off_by_default_and_part_of_the_cache_key():
-    assert resolve(None)["tl.cuda.dequant_fragment_tables"] is False
+def test_the_tables_key_is_on_by_default_and_part_of_the_cache_key():
+    assert resolve(None)["tl.cuda.dequant_fragment_tables"] is True
     assert resolve(TABLES).key() != resolve(ON).key()
     with pytest.raises(ValueError, match="tl.cuda.dequant_fragment_tables"):
         resolve({"tl.cuda.dequant_fragment_tables": 1})

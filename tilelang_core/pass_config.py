@@ -214,11 +214,11 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "the fused nest reads that is only a whole-tile T.copy of global memory is not staged in shared memory: "
            "each lane loads its packed run straight from the global tensor (bounds-guarded, zeros outside, as the "
            "copy was); off until measured on a GPU"),
-    Option(K.TL_CUDA_DEQUANT_FRAGMENT_TABLES, "bool", False, "CUDA, with tl.cuda.dequant_fragments: a decode "
+    Option(K.TL_CUDA_DEQUANT_FRAGMENT_TABLES, "bool", True, "CUDA, with tl.cuda.dequant_fragments: a decode "
            "that is a function of one 4-bit (or narrower) field, such as fp4 e2m1 spelt with selects and shifts, whose "
            "two elements of a register no word operation pairs, is evaluated by the compiler at every field value "
            "and looked up two elements at a time with byte permutes (prmt), bit for bit the nest's values "
-           "(transform/cuda/fragment_tables.py); off until measured on a GPU"),
+           "(transform/cuda/fragment_tables.py); False decodes such fields one element at a time"),
     Option(K.TL_CUDA_VECTOR_ATOMICS, "bool", True, "CUDA sm_90+: 2 or 4 adjacent float32 element atomics "
            "(T.atomic_add of a fragment, T.atomic_addx2/x4) into consecutive, provably 8/16-byte aligned elements "
            "of one global tensor under the same guard become one red.global.add.v2/v4.f32 (half / a quarter of "

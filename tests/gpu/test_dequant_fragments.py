@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT / "bench" / "gpu"))
 import dequant_variants as dv  # noqa: E402
 
 # the general path alone (the W4A16 recogniser, run first by default, would take the example's spelling)
-ON = {"tl.cuda.dequant_fragments": True, "tl.cuda.fuse_dequant": False}
+ON = {"tl.cuda.dequant_fragments": True, "tl.cuda.fuse_dequant": False, "tl.cuda.dequant_fragment_tables": False}
 
 
 @pytest.mark.parametrize("M,N,K", [(16, 8192, 8192), (7, 1024, 4096), (5, 1000, 2048)])
@@ -38,7 +38,7 @@ def test_dequant_variants_with_fragments_in_registers_match_torch(v, M, N, K):
 
 @pytest.mark.parametrize("M,N,K", [(16, 8192, 8192), (7, 1024, 4096), (5, 1000, 2048)])
 def test_fp4_with_nibble_tables_matches_torch_and_the_element_by_element_kernel(M, N, K):
-    # tl.cuda.dequant_fragment_tables (off by default): the fp4 e2m1 decode looked up by byte permutes
+    # tl.cuda.dequant_fragment_tables (on by default, spelt out): the fp4 e2m1 decode looked up by byte permutes
     v = next(x for x in dv.VARIANTS if x.name == "fp4_e2m1_g32")
     kernel = dv.compile_variant(v, M, N, K, {**ON, "tl.cuda.dequant_fragment_tables": True})
     assert "tl::nib_lut4<" in kernel.get_kernel_source()

@@ -18,8 +18,8 @@ can take depends on its tile:
   the latter only where the compiler would specialise (the loop's shared memory, counted with ``weight_bits`` per
   packed weight, leaves room for one block per SM).
 * ``tl.cuda.dequant_fragment_tables`` (a nibble decode no word operation pairs, such as fp4 e2m1, looked up by
-  byte permutes; off by default) works inside the fragments: its twin ``True`` is kept where they apply (the decode
-  tiles); for a decode that pairs by word operations (int4, int8) it changes nothing.
+  byte permutes; on by default) works inside the fragments: its twin ``False`` is kept where they apply (the
+  decode tiles); for a decode that pairs by word operations (int4, int8) it changes nothing.
 
 The fragments and wgmma are alternatives for the same gemm, never combined. Tiles (the bench's, so the sweep starts
 from what was measured): decode (``M <= 16``) 16 x 128 x ``block_K`` on 128 threads, 4 stages (3 too); prefill
@@ -85,8 +85,8 @@ def dequant_candidates(target: Any = "cuda", *, M: int, N: int, K: int, block_K:
             out.append(Candidate(frag, "" if rows == 1 else f"dequant_fragments: {rows} warp rows along M would "
                                                           "each decode the same B fragments, so the default keeps "
                                                           "the shared tile here already"))
-        if "dequant_fragment_tables" in names:  # the twin: nibble decodes looked up by prmt (off by default)
-            cfg = {**tile, PASS_CONFIGS: {KEY_TABLES: True}}
+        if "dequant_fragment_tables" in names:  # the twin: nibble decodes one element at a time (tables on by default)
+            cfg = {**tile, PASS_CONFIGS: {KEY_TABLES: False}}
             rows = tile["block_M"] // 16
             out.append(Candidate(cfg, "" if rows == 1 else "dequant_fragment_tables: the fragments do not apply to "
                                                          f"{rows} warp rows along M, so the key changes nothing"))
