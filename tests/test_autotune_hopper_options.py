@@ -352,3 +352,26 @@ def test_the_attention_benchs_space_flag_runs_every_config_of_the_attention_spac
         assert [(dict(zip(("block_M", "block_N", "num_stages", "threads"), c)), p) for c, (_s, p) in runs] == \
             [({k: v for k, v in c.items() if k != PASS_CONFIGS}, c.get(PASS_CONFIGS)) for c in space]
         assert any("overlap" in s for _c, (s, _p) in runs)
+
+
+def test_the_dequant_decode_space_has_a_long_k_tile_and_drops_tiles_that_do_not_fit_with_the_reason():
+    configs = dequant_space("sm_90a", M=16, N=8192, K=8192, block_K=256)
+    assert {"block_M": 16, "block_N": 64, "block_K": 512, "num_stages": 3, "threads": 128} in configs
+    bk64 = dequant_space("sm_90a", M=16, N=8192, K=8192, block_K=64)  # a multiple of the program's K step
+    assert {(c["block_N"], c["block_K"]) for c in bk64} == {(128, 64), (64, 512)}
+    int8 = {(c.config["num_stages"], PASS_CONFIGS in c.config): c for c in
+            dequant_candidates("sm_90a", M=16, N=8192, K=8192, block_K=256, weight_bits=8, options="dequant_fragments")
+            if c.config["block_N"] == 64}
+    assert int8[(3, False)].kept and int8[(4, False)].kept and int8[(3, True)].kept  # 144, 192 and 208 KB
+    assert not int8[(4, True)].kept and int8[(4, True)].reason == (  # 4 stages and the decoded tile: 256 KB
+        "tile 16x64x512 s4 with the decoded B tile (dequant_fragments False): its loop needs 256 KB of shared "
+        "memory, more than a block's 227 KB on sm_90a")
+    short = dequant_candidates("sm_90a", M=16, N=8192, K=768, block_K=256)  # 768 is no multiple of 512
+    assert [c.reason for c in short if c.config["block_K"] == 512] == [
+        "tile 16x64x512 s3: block_K 512 does not divide K = 768", "tile 16x64x512 s4: block_K 512 does not divide "
+        "K = 768"]
+    # the shared-tile twin holds the decoded tile too: on sm_80 it does not fit where the fragments' tile does
+    sm80 = [c for c in dequant_candidates("sm_80", M=16, N=8192, K=8192, block_K=256, weight_bits=8,
+                                          options="dequant_fragments") if c.config["num_stages"] == 3]
+    assert all(c.kept for c in sm80 if PASS_CONFIGS not in c.config)
+    assert not any(c.kept for c in sm80 if PASS_CONFIGS in c.config)

@@ -22,8 +22,10 @@ can take depends on its tile:
   decode tiles); for a decode that pairs by word operations (int4, int8) it changes nothing.
 
 The fragments and wgmma are alternatives for the same gemm, never combined. Tiles (the bench's, so the sweep starts
-from what was measured): decode (``M <= 16``) 16 x 128 x ``block_K`` on 128 threads, 4 stages (3 too); prefill
-128 x 64 x ``min(block_K, 128)`` on 256 threads, 3 stages (2 too). Without ``options`` the space is those tiles
+from what was measured): decode (``M <= 16``) 16 x 128 x ``block_K`` on 128 threads, 4 stages (3 too), and
+16 x 64 with a K step of at least 512 (a multiple of the program's ``block_K``), 3 stages (4 too); prefill
+128 x 64 x ``min(block_K, 128)`` on 256 threads, 3 stages (2 too). A tile whose loop does not fit one block's shared
+memory, or whose K step does not divide ``K``, is dropped with the reason. Without ``options`` the space is those tiles
 only; ``options="hopper"`` (or some of ``"dequant_fragments"``, ``"wgmma_written_tiles"``, ``"tma_plain_tiles"``,
 ``"dequant_fragment_tables"``)
 adds the keys' twins; on sm_80 only the fragments apply. (The W4A16 recogniser, ``tl.cuda.fuse_dequant``, runs
@@ -46,18 +48,38 @@ KEY_WS_OFF = "tl.disable_warp_specialized"
 DECODE_MAX_M = 16
 
 
+WIDE_K = 512  # the decode tiles' long K step: 16 x 64 x 512 was the fastest decode tile on the H200 (BENCHMARKS.md)
+
+
 def dequant_tiles(M: int, block_K: int) -> list[dict[str, int]]:
     """The tiles of the space for ``M`` rows and the program's ``block_K`` (the module docstring)."""
     if M <= DECODE_MAX_M:
-        return [{"block_M": 16, "block_N": 128, "block_K": block_K, "num_stages": s, "threads": 128} for s in (4, 3)]
+        tiles = [{"block_M": 16, "block_N": 128, "block_K": block_K, "num_stages": s, "threads": 128} for s in (4, 3)]
+        # half the columns and a K step of at least WIDE_K, a multiple of the program's (its group alignment holds):
+        # more independent decode and mma work per warp between the loop's barriers
+        wide = block_K * max(1, WIDE_K // block_K) if block_K < WIDE_K and WIDE_K % block_K == 0 else block_K
+        return tiles + [{"block_M": 16, "block_N": 64, "block_K": wide, "num_stages": s, "threads": 128}
+                        for s in (3, 4)]
     return [{"block_M": 128, "block_N": 64, "block_K": min(block_K, 128), "num_stages": s, "threads": 256}
             for s in (3, 2)]
 
 
-def loop_smem(tile: dict[str, int], weight_bits: int, dtype_bytes: int = 2) -> int:
-    """Bytes of shared memory of the program's loop: ``num_stages`` A tiles and packed B tiles, one decoded B tile."""
+def loop_smem(tile: dict[str, int], weight_bits: int, dtype_bytes: int = 2, decoded: bool = True) -> int:
+    """Bytes of shared memory of the program's loop: ``num_stages`` A tiles and packed B tiles, and one decoded B tile
+    unless ``decoded`` is False (the fragments fusion decodes into registers and drops that tile)."""
     bm, bn, bk, st = (tile[k] for k in ("block_M", "block_N", "block_K", "num_stages"))
-    return st * (bm * bk * dtype_bytes + bn * bk * weight_bits // 8) + bn * bk * dtype_bytes
+    return st * (bm * bk * dtype_bytes + bn * bk * weight_bits // 8) + (bn * bk * dtype_bytes if decoded else 0)
+
+
+def _too_big(tile: dict[str, int], K: int, smem: int, limit: int, arch: str, what: str = "") -> str:
+    """Why ``tile`` is dropped ("" when it is kept): its K step must divide ``K`` and its loop fit one block."""
+    name = f"tile {tile['block_M']}x{tile['block_N']}x{tile['block_K']} s{tile['num_stages']}{what}"
+    if K % tile["block_K"]:
+        return f"{name}: block_K {tile['block_K']} does not divide K = {K}"
+    if smem > limit:
+        return (f"{name}: its loop needs {smem // 1024} KB of shared memory, more than a block's {limit // 1024} KB "
+                f"on {arch}")
+    return ""
 
 
 def dequant_candidates(target: Any = "cuda", *, M: int, N: int, K: int, block_K: int = 256, weight_bits: int = 4,
@@ -77,17 +99,21 @@ def dequant_candidates(target: Any = "cuda", *, M: int, N: int, K: int, block_K:
     lim = limits_for(arch.rstrip("a"))
     out: list[Candidate] = []
     for tile in dequant_tiles(M, block_K):
-        out.append(Candidate(dict(tile)))
+        rows = tile["block_M"] // 16  # mma.sync's 16-row steps: more than one is more than one warp row
+        # one warp row: the fragments fusion (on by default) decodes into registers, with no decoded B tile
+        why = _too_big(tile, K, loop_smem(tile, weight_bits, decoded=rows > 1), lim.smem_per_block, arch)
+        out.append(Candidate(dict(tile), why))
+        if why:
+            continue
         takes_wgmma = hopper and tile["block_M"] >= 64 and tile["threads"] % 128 == 0
         if "dequant_fragments" in names:  # the twin: the shared-tile decode
             frag = {**tile, PASS_CONFIGS: {KEY_FRAGMENTS: False}}
-            rows = tile["block_M"] // 16  # mma.sync's 16-row steps: more than one is more than one warp row
-            out.append(Candidate(frag, "" if rows == 1 else f"dequant_fragments: {rows} warp rows along M would "
-                                                          "each decode the same B fragments, so the default keeps "
-                                                          "the shared tile here already"))
+            out.append(Candidate(frag, _too_big(tile, K, loop_smem(tile, weight_bits), lim.smem_per_block, arch,
+                                                " with the decoded B tile (dequant_fragments False)") if rows == 1
+                                 else f"dequant_fragments: {rows} warp rows along M would each decode the same B "
+                                      "fragments, so the default keeps the shared tile here already"))
         if "dequant_fragment_tables" in names:  # the twin: nibble decodes one element at a time (tables on by default)
             cfg = {**tile, PASS_CONFIGS: {KEY_TABLES: False}}
-            rows = tile["block_M"] // 16
             out.append(Candidate(cfg, "" if rows == 1 else "dequant_fragment_tables: the fragments do not apply to "
                                                          f"{rows} warp rows along M, so the key changes nothing"))
         specialised = lim.smem_per_sm // (loop_smem(tile, weight_bits) + lim.smem_reserved_per_block) < 2
