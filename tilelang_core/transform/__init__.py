@@ -68,6 +68,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
     from .cuda.fast_exp_cuda import fast_exp_cuda
     from .cuda.fp8_encode_cuda import fp8_encode_cuda
     from .cuda.fuse_dequant_gemm_cuda import fuse_dequant_gemm_cuda
+    from .cuda.hoist_invariant_reads_cuda import hoist_invariant_reads_cuda
     from .cuda.infer_fragment_layouts_cuda import infer_fragment_layouts_cuda
     from .cuda.insert_syncs_cuda import insert_syncs_cuda
     from .cuda.lower_global_workspaces_cuda import lower_global_workspaces_cuda
@@ -106,6 +107,8 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
             f, bool(opts[PassConfigKey.TL_CUDA_DEQUANT_FRAGMENTS_DIRECT]),
             bool(opts[PassConfigKey.TL_CUDA_DEQUANT_FRAGMENT_TABLES])) if fragments else f),
         ("tl.PipelineCUDA", lambda f: pipeline_cuda(f, opts, arch)),
+        ("tl.HoistInvariantReadsCUDA",
+         lambda f: hoist_invariant_reads_cuda(f, bool(opts[PassConfigKey.TL_CUDA_HOIST_INVARIANT_READS]))),
         ("tl.InsertSyncsCUDA", insert_syncs_cuda),
         ("tl.TmaStoreCUDA", lambda f: tma_store_cuda(f, opts, arch)),
         ("tl.LowerTileOpsCUDA", lambda f: lower_tile_ops_cuda(f, arch)),
