@@ -220,10 +220,10 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "two elements of a register no word operation pairs, is evaluated by the compiler at every field value "
            "and looked up two elements at a time with byte permutes (prmt), bit for bit the nest's values "
            "(transform/cuda/fragment_tables.py); False decodes such fields one element at a time"),
-    Option(K.TL_CUDA_HOIST_INVARIANT_READS, "bool", True, "CUDA: register loads of read-only global data that no "
+    Option(K.TL_CUDA_HOIST_INVARIANT_READS, "bool", False, "CUDA: register loads of read-only global data that no "
            "iteration of a serial loop changes (a dequantising gemm's per-channel scale in its K loop) move before "
            "the loop, across the barriers the compiler will not move them over; results are bit for bit the same "
-           "(transform/cuda/hoist_invariant_reads_cuda.py)"),
+           "(transform/cuda/hoist_invariant_reads_cuda.py); off: not faster on the H200 (int8 dequant slower)"),
     Option(K.TL_CUDA_VECTOR_ATOMICS, "bool", True, "CUDA sm_90+: 2 or 4 adjacent float32 element atomics "
            "(T.atomic_add of a fragment, T.atomic_addx2/x4) into consecutive, provably 8/16-byte aligned elements "
            "of one global tensor under the same guard become one red.global.add.v2/v4.f32 (half / a quarter of "
