@@ -2,7 +2,8 @@
 
 Why: the W4A16 check compares a kernel with the *exact* product and widens the tolerance by the program-order
 reference's own distance from it (per-channel kernels scale their fp32 sums instead of rounding every weight).
-A check that loose enough to pass anything would hide wrong kernels; these tests pin both directions.
+A check that loose enough to pass anything would hide wrong kernels; these tests pin both directions. Also: the GEMM
+bench times the configuration the package ships for each shape (the one a user gets), read from defaults.json.
 """
 
 from __future__ import annotations
@@ -67,3 +68,21 @@ def test_exact_check_rejects_swapped_output_columns():
     wrong = exact.clone()
     wrong[:, [3, 4]] = wrong[:, [4, 3]]
     assert not _check(wrong.half(), A, B, S)
+
+
+def test_gemm_shapes_times_the_shipped_default_of_each_issue_shape():
+    """bench/gpu/gemm_shapes.py's first row per shape is the configuration defaults.json ships for the quickstart."""
+    from gemm_shapes import SHAPES, shipped
+
+    from tilelang_core.autotune.defaults import load_defaults
+
+    for (M, N, K) in SHAPES:
+        for dt in ("float16", "bfloat16"):
+            got = shipped(M, N, K, dt)
+            assert got is not None, (M, N, K, dt)
+            tile, pcs = got
+            row = next(r for r in load_defaults() if r.measurement.kernel == "matmul_relu" and r.arch == "sm_90a"
+                       and (r.problem["M"], r.problem["N"], r.problem["K"], r.problem["dtype"]) == (M, N, K, dt))
+            assert tile == tuple(row.tuned[k] for k in ("block_M", "block_N", "block_K", "num_stages", "threads"))
+            assert pcs == row.tuned.get("pass_configs", {})
+    assert shipped(100, 8192, 8192, "float16") is None  # no row for a shape the sweep did not take

@@ -9,6 +9,8 @@ fill the SMs — all the defaults) for a few tile configs, checks each against `
 clean-L2 timer of ``run.py`` (the headline) and ``triton.testing.do_bench`` beside it. Prints one line per kernel:
 time, TF/s, the ratio to cuBLAS (reference time / ours: above 1 is faster) and to Triton, build time.
 ``--pingpong`` adds ``PINGPONG``'s tiles with ``tl.cuda.gemm_pingpong`` at the square shapes (4096³, 8192³).
+Each shape's first row is the configuration the package ships for it (``autotune/data/defaults.json``, the H200
+sweep: tiles and ``pass_configs``), labelled ``shipped``: the kernel a user gets from the tuned defaults.
 """
 
 from __future__ import annotations
@@ -39,6 +41,19 @@ SHAPES: dict[tuple[int, int, int], list[tuple[int, int, int, int, int]]] = {  # 
 PINGPONG = [(128, 128, 64, 4, 128), (128, 128, 64, 5, 128), (128, 192, 64, 4, 128)]
 # grids of fewer blocks than SMs: also with split-K forced (beside the wave rule's own choice)
 SPLITS = {(128, 8192, 28672): (2, 4), (16, 8192, 8192): (2, 4)}
+
+
+def shipped(M: int, N: int, K: int, dtype: str) -> tuple[tuple[int, int, int, int, int], dict[str, Any]] | None:
+    """The shipped default of the quickstart at exactly this problem on sm_90a: (tile, pass_configs), or None."""
+    from tilelang_core.autotune.defaults import load_defaults
+
+    want = {"M": M, "N": N, "K": K, "dtype": dtype, "accum_dtype": "float32"}
+    for r in load_defaults():
+        if r.measurement.kernel == "matmul_relu" and r.arch == "sm_90a" and r.problem == want:
+            c = r.tuned
+            tile = tuple(int(c[k]) for k in ("block_M", "block_N", "block_K", "num_stages", "threads"))
+            return tile, dict(c.get("pass_configs") or {})  # type: ignore[return-value]
+    return None
 
 
 def do_bench_ms(fn: Any) -> float:
@@ -80,15 +95,22 @@ def main() -> None:
                 t_tri = bench_ms_clean(lambda a=a, b=b: tri(a, b, relu=True), rep=args.rep)
                 line += f"  Triton: {t_tri * 1e3:.1f} us clean ({t_ref / t_tri:.2f}x cuBLAS)"
             print(line, flush=True)
-            runs = [(c, None) for c in cfgs] + [(c, sk) for c in cfgs for sk in SPLITS.get((M, N, K), ())]
+            runs: list[tuple[Any, Any]] = [(c, None) for c in cfgs] + [(c, sk) for c in cfgs
+                                                                      for sk in SPLITS.get((M, N, K), ())]
             if args.pingpong and M == N == K:
                 runs += [(c, "pingpong") for c in PINGPONG]
+            default = shipped(M, N, K, dt)
+            if default is not None:
+                runs.insert(0, (default[0], default[1]))
             for (bm, bn, bk, st, th), sk in runs:
                 t0 = time.perf_counter()
                 pp = sk == "pingpong"
-                label = f"{bm}x{bn}x{bk} s{st} t{th}" + (" gemm_pingpong" if pp else f" split_k={sk}" if sk else "")
+                label = f"{bm}x{bn}x{bk} s{st} t{th}" + (
+                    f" shipped {sk or ''}".rstrip() if isinstance(sk, dict) else
+                    " gemm_pingpong" if pp else f" split_k={sk}" if sk else "")
                 try:
-                    pc = {"tl.cuda.gemm_pingpong": True} if pp else {"tl.cuda.split_k": sk} if sk else None
+                    pc = (sk or None) if isinstance(sk, dict) else {"tl.cuda.gemm_pingpong": True} if pp else \
+                        {"tl.cuda.split_k": sk} if sk else None
                     k = tilelang.jit(out_idx=[-1], target="cuda", pass_configs=pc)(matmul_relu.factory)(
                         M, N, K, bm, bn, bk, st, th, dt, "float32")
                 except Exception as e:  # noqa: BLE001 - report the config and go on
