@@ -257,8 +257,8 @@ def space_runs(v: Variant, M: int, N: int, K: int, pass_configs: dict[str, Any])
         c = dict(c)
         pcs = c.pop("pass_configs", {})
         keys = ",".join(k.rsplit(".", 1)[-1] for k in sorted(pcs))
-        runs.append((f" {c['block_M']}x{c['block_N']}x{c['block_K']} s{c['num_stages']}" + (f" {keys}" if keys else ""),
-                     {**pass_configs, **pcs}, c))
+        tile = f" {c['block_M']}x{c['block_N']}x{c['block_K']} s{c['num_stages']} t{c['threads']}"
+        runs.append((tile + (f" {keys}" if keys else ""), {**pass_configs, **pcs}, c))
     return runs
 
 

@@ -22,9 +22,9 @@ can take depends on its tile:
   decode tiles); for a decode that pairs by word operations (int4, int8) it changes nothing.
 
 The fragments and wgmma are alternatives for the same gemm, never combined. Tiles (the bench's, so the sweep starts
-from what was measured): decode (``M <= 16``) 16 x 128 x ``block_K`` on 128 threads, 4 stages (3 too), and
-16 x 64 with a K step of at least 512 (a multiple of the program's ``block_K``), 3 stages (4 too); prefill
-128 x 64 x ``min(block_K, 128)`` on 256 threads, 3 stages (2 too). A tile whose loop does not fit one block's shared
+from what was measured): decode (``M <= 16``) 16 x 128 x ``block_K`` on 128 threads, 4 stages (3 too; and 4
+stages on 256 threads), and 16 x 64 with a K step of at least 512 (a multiple of the program's ``block_K``), 3
+stages (4 too); prefill 128 x 64 x ``min(block_K, 128)`` on 256 threads, 3 stages (2 too). A tile whose loop does not fit one block's shared
 memory, or whose K step does not divide ``K``, is dropped with the reason. Without ``options`` the space is those tiles
 only; ``options="hopper"`` (or some of ``"dequant_fragments"``, ``"wgmma_written_tiles"``, ``"tma_plain_tiles"``,
 ``"dequant_fragment_tables"``)
@@ -55,6 +55,8 @@ def dequant_tiles(M: int, block_K: int) -> list[dict[str, int]]:
     """The tiles of the space for ``M`` rows and the program's ``block_K`` (the module docstring)."""
     if M <= DECODE_MAX_M:
         tiles = [{"block_M": 16, "block_N": 128, "block_K": block_K, "num_stages": s, "threads": 128} for s in (4, 3)]
+        # two warps per 16 columns: the fp4 decode's best tile on the H200 (more warps to hide its latency)
+        tiles.append({"block_M": 16, "block_N": 128, "block_K": block_K, "num_stages": 4, "threads": 256})
         # half the columns and a K step of at least WIDE_K, a multiple of the program's (its group alignment holds):
         # more independent decode and mma work per warp between the loop's barriers
         wide = block_K * max(1, WIDE_K // block_K) if block_K < WIDE_K and WIDE_K % block_K == 0 else block_K
