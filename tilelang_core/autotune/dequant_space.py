@@ -24,12 +24,12 @@ can take depends on its tile:
 The fragments and wgmma are alternatives for the same gemm, never combined. Tiles (the bench's, so the sweep starts
 from what was measured): decode (``M <= 16``) 16 x 128 x ``block_K`` on 128 threads, 4 stages (3 too; and 4
 stages on 256 threads), and 16 x 64 with a K step of at least 512 (a multiple of the program's ``block_K``), 3
-stages (4 too); prefill 128 x 64 x ``min(block_K, 128)`` on 256 threads, 3 stages (2 too). A tile whose loop does not fit one block's shared
-memory, or whose K step does not divide ``K``, is dropped with the reason. Without ``options`` the space is those tiles
-only; ``options="hopper"`` (or some of ``"dequant_fragments"``, ``"wgmma_written_tiles"``, ``"tma_plain_tiles"``,
-``"dequant_fragment_tables"``)
-adds the keys' twins; on sm_80 only the fragments apply. (The W4A16 recogniser, ``tl.cuda.fuse_dequant``, runs
-before the fragments and keeps the one spelling it takes: for that program the fragments twin changes nothing.)
+stages (4 too); prefill 128 x 64 x ``min(block_K, 128)`` on 256 threads, 3 stages (2 too). A tile whose loop
+does not fit one block's shared memory, or whose K step does not divide ``K``, is dropped with the reason. Without
+``options`` the space is those tiles only; ``options="hopper"`` (or some of ``"dequant_fragments"``,
+``"wgmma_written_tiles"``, ``"tma_plain_tiles"``, ``"dequant_fragment_tables"``) adds the keys' twins; on sm_80
+only the fragments apply. (The W4A16 recogniser, ``tl.cuda.fuse_dequant``, runs before the fragments and keeps the
+one spelling it takes: for that program the fragments twin changes nothing.)
 """
 
 from __future__ import annotations
