@@ -25,10 +25,11 @@ Adding ``--pass-config tl.cuda.dequant_fragments_direct=True`` makes the fused r
 from global memory (no shared staging of the packed tile; docs/cuda.md, "Producer fusion").
 
 ``--space`` checks and times, per variant and shape, every configuration of
-``tilelang_core.autotune.dequant_space(..., options="hopper")`` instead: the bench's tile at two stage counts, each
-also with the keys of issue 17 that are off by default (``tl.cuda.dequant_fragments`` for decode tiles,
+``tilelang_core.autotune.dequant_space(..., options="hopper")`` instead: the bench's tile at two stage counts and
+the space's other decode tiles (256 threads; 16 x 64 with a long K step), each also with the twins of issue 17's
+keys (``tl.cuda.dequant_fragments`` / ``tl.cuda.dequant_fragment_tables`` off for decode tiles,
 ``tl.cuda.wgmma_written_tiles`` with and without ``tl.cuda.tma_plain_tiles`` for prefill tiles); the row's tag
-names the stages and keys.
+names the tile, stages, threads and keys.
 
 Without a GPU, ``--source DIR`` writes each variant's generated CUDA C (and ptxas's register counts) to DIR.
 """
