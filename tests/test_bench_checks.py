@@ -86,3 +86,18 @@ def test_gemm_shapes_times_the_shipped_default_of_each_issue_shape():
             assert tile == tuple(row.tuned[k] for k in ("block_M", "block_N", "block_K", "num_stages", "threads"))
             assert pcs == row.tuned.get("pass_configs", {})
     assert shipped(100, 8192, 8192, "float16") is None  # no row for a shape the sweep did not take
+
+
+def test_every_tile_of_the_dequant_tile_sweep_lowers_to_the_register_fragments():
+    """bench/gpu/dequant_tiles.py's tiles all build for sm_90a with the general lowering (no recogniser), and each
+    decodes into register fragments: a sweep row is never a tile the compiler refuses."""
+    import dequant_tiles
+    import dequant_variants as dv
+
+    from tilelang_core.backend.cuda import codegen
+
+    v = next(x for x in dv.VARIANTS if x.name == "hi_first")
+    for bn, bk, st, th in dequant_tiles.TILES:
+        func = dv.program(v, 16, 1024, 2048, 16, bn, bk, st, th)
+        text = str(codegen.lower(func, None, "sm_90a", {"tl.cuda.fuse_dequant": False})["main"])
+        assert "tl::gemm_rb_step<" in text, (bn, bk, st, th)
