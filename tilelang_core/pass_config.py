@@ -64,6 +64,7 @@ class PassConfigKey:
     TL_CUDA_L2_PREFETCH = "tl.cuda.l2_prefetch"
     TL_CUDA_DEQUANT_FRAGMENT_TABLES = "tl.cuda.dequant_fragment_tables"
     TL_CUDA_HOIST_INVARIANT_READS = "tl.cuda.hoist_invariant_reads"
+    TL_CUDA_TMA_MMA_TILES = "tl.cuda.tma_mma_tiles"
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,10 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "iteration of a serial loop changes (a dequantising gemm's per-channel scale in its K loop) move before "
            "the loop, across the barriers the compiler will not move them over; results are bit for bit the same "
            "(transform/cuda/hoist_invariant_reads_cuda.py); off: not faster on the H200 (int8 dequant slower)"),
+    Option(K.TL_CUDA_TMA_MMA_TILES, "bool", False, "CUDA sm_90: a T.Pipelined loop whose shared tiles are all "
+           "mma.sync operand tiles of 128-byte rows (16 x 64 fp16 A, 64 x 64 B: block_K 64) loads them by TMA with "
+           "SWIZZLE_128B, which is byte for byte their XOR swizzle when each stage sits on 1024 bytes, completing on "
+           "mbarriers (the decode GEMM's 16-row tiles, which no wgmma takes); off until measured on a GPU"),
     Option(K.TL_CUDA_VECTOR_ATOMICS, "bool", True, "CUDA sm_90+: 2 or 4 adjacent float32 element atomics "
            "(T.atomic_add of a fragment, T.atomic_addx2/x4) into consecutive, provably 8/16-byte aligned elements "
            "of one global tensor under the same guard become one red.global.add.v2/v4.f32 (half / a quarter of "

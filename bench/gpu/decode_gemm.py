@@ -13,7 +13,8 @@ configuration (clean-L2 time, bandwidth of B, the ratio to cuBLAS, do_bench rati
 whether the kernel reduces split-K partial sums, the kernel's split-K note) then the five fastest. ``--shape
 MxNxK`` for another decode shape, ``--dtypes`` to pick, ``--prefetch 128 256`` to time each tile with those
 ``tl.cuda.l2_prefetch`` sizes, ``--mma-only`` for the 16-row tiles alone, ``--hints`` for the best 16-row tiles with
-L2 eviction priorities on the operand copies instead.
+L2 eviction priorities on the operand copies instead, ``--tma-mma`` for 16 x 64 x 64 deep rings loaded by TMA
+(``tl.cuda.tma_mma_tiles``) against cp.async.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ SPLITS = (0, 2, 4, 8)  # 0: the compiler's choice
 # --hints: the best 16-row tiles with L2 priorities on the operand copies (T.copy eviction_policy=): B is read once
 # per block and by no other block, A is re-read by every block of the grid (a question for an automatic rule)
 HINT_TILES = [(16, 64, 256, 4, 128), (16, 64, 128, 5, 128), (16, 64, 128, 8, 128)]
+# --tma-mma: 16 x 64 x 64 tiles (both operand tiles of 128-byte rows) with deep rings, each with
+# tl.cuda.tma_mma_tiles (TMA loads completing on mbarriers) and without (cp.async); the best cp.async tile beside them
+TMA_MMA = [(16, 64, 64, 4, 128), (16, 64, 64, 6, 128), (16, 64, 64, 8, 128), (16, 64, 64, 12, 128),
+           (16, 64, 64, 16, 128), (16, 64, 128, 5, 128)]
 # a hint on the B copy stops these kernels with an illegal instruction (ptxas 13.0, docs/cuda.md "Steering tools"):
 # only A is hinted here
 HINTS = [(None, None), ("evict_last", None), ("evict_first", None)]
@@ -121,11 +126,13 @@ def run_dtype(dt: str, shape: tuple[int, int, int], args: argparse.Namespace, tr
         line += f"  Triton: {t_tri * 1e3:.1f} us clean ({t_ref / t_tri:.2f}x cuBLAS)"
     print(line, flush=True)
     results: list[tuple[float, str]] = []
-    for cfg, sk, pf in itertools.product(MMA_SYNC if args.mma_only else WGMMA + MMA_SYNC, args.splits,
-                                         args.prefetch):
+    tiles = TMA_MMA if args.tma_mma else MMA_SYNC if args.mma_only else WGMMA + MMA_SYNC
+    for cfg, sk, pf, tm in itertools.product(tiles, args.splits, args.prefetch,
+                                             (True, False) if args.tma_mma else (False,)):
         bm, bn, bk, st, th = cfg
-        label = f"{bm}x{bn}x{bk} s{st} t{th} split_k={sk}" + (f" l2_prefetch={pf}" if pf != 128 else "")
-        pcs = {"tl.cuda.split_k": sk, "tl.cuda.l2_prefetch": pf}
+        label = f"{bm}x{bn}x{bk} s{st} t{th} split_k={sk}" + (f" l2_prefetch={pf}" if pf != 128 else "") + (
+            " tma_mma_tiles" if tm else "")
+        pcs = {"tl.cuda.split_k": sk, "tl.cuda.l2_prefetch": pf, **({"tl.cuda.tma_mma_tiles": True} if tm else {})}
         t0 = time.perf_counter()
         try:
             k = tilelang.jit(out_idx=[-1], target="cuda", pass_configs=pcs)(
@@ -161,6 +168,7 @@ def main() -> None:
                     help="tl.cuda.l2_prefetch sizes to time (0, 64, 128, 256)")
     ap.add_argument("--mma-only", action="store_true", help="only the 16-row (mma.sync) tiles")
     ap.add_argument("--hints", action="store_true", help="only the L2 eviction-priority variants (HINTS)")
+    ap.add_argument("--tma-mma", action="store_true", help="the TMA_MMA tiles with and without tl.cuda.tma_mma_tiles")
     args = ap.parse_args()
     M, N, K = args.shape
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  {time.strftime('%Y-%m-%d %H:%M')}  "

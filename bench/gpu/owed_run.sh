@@ -7,13 +7,14 @@
 #
 # Steps: the GPU suite; gemm_shapes.py fp16 twice (its first row per shape is the shipped default: the 8192³
 # variance of item 2); decode_gemm.py's 16-row tiles without split (item 1); dequant_variants.py --space at the decode
-# shape for the example, fp4 and int8 (the tuning space's new tiles, item 4). STEPS="suite shapes" picks some.
+# shape for the example, fp4 and int8 (the tuning space's new tiles, item 4); decode_gemm.py --tma-mma (item 1:
+# tl.cuda.tma_mma_tiles, built 2026-12-03 without a GPU). STEPS="suite shapes" picks some.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 OUT="${OUT:-/tmp/owed}"
 mkdir -p "$OUT"
-STEPS="${STEPS:-suite shapes decode space}"
+STEPS="${STEPS:-suite shapes decode tma space}"
 
 step() {  # name, time limit (s), command...
     local name="$1" limit="$2"
@@ -28,4 +29,5 @@ step() {  # name, time limit (s), command...
 step suite 240 bash bench/gpu/test_suite.sh -n 14 --timeout 90 -q -rf --tb=short
 step shapes 150 bash -c "python bench/gpu/gemm_shapes.py --dtypes float16 && python bench/gpu/gemm_shapes.py --dtypes float16"
 step decode 90 python bench/gpu/decode_gemm.py --mma-only --splits 0 --dtypes float16 bfloat16
+step tma 120 python bench/gpu/decode_gemm.py --tma-mma --splits 0 --dtypes float16 --no-triton
 step space 150 python bench/gpu/dequant_variants.py --shapes 16x8192x8192 --space --only example_bk256 fp4_e2m1_g32 int8

@@ -61,11 +61,12 @@ def lower(func: Any, record: Any = None, arch: str = "sm_90", options: Any = Non
 
 
 def _wgmma_source(source: str) -> str:
-    """A kernel calling ``tl::wgmma_gemm_ss`` starts with ``tl/tl_sm90.cuh`` (tl.cuh and ``tl/wgmma.cuh``, whose
-    per-shape PTX wrappers are large: other kernels do not parse them; one first include, so NVRTC's precompiled
-    header holds them) and declares its dynamic shared memory 1024-byte aligned (the wgmma swizzle atoms repeat
-    every 1024 bytes of the shared address space; tl.LowerSharedMemoryCUDA places the tiles so)."""
-    if "tl::wgmma_gemm_ss" not in source:
+    """A kernel calling ``tl::wgmma_gemm_ss`` or loading by TMA starts with ``tl/tl_sm90.cuh`` (tl.cuh and
+    ``tl/wgmma.cuh``, whose per-shape PTX wrappers are large: other kernels do not parse them; one first include, so
+    NVRTC's precompiled header holds them) and declares its dynamic shared memory 1024-byte aligned (the wgmma
+    and TMA swizzle atoms repeat every 1024 bytes of the shared address space; tl.LowerSharedMemoryCUDA places the
+    tiles so)."""
+    if "tl::wgmma_gemm_ss" not in source and "tl::tma_load_" not in source:  # TMA loads feeding mma.sync too
         return source
     source = source.replace(HEADER, '#include "tl/tl_sm90.cuh"\n', 1)
     return re.sub(r"extern\s+__shared__\s+(__align__\(\d+\)\s+)?", "extern __shared__ __align__(1024) ", source)

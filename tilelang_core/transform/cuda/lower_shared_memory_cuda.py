@@ -15,7 +15,8 @@ too, but it cannot see the pointers our gemm and copy templates take; here every
 rewritten to the physical offset: leading (pipeline stage) dimensions select a slab, and inside a slab of a
 swizzled tile the XOR swizzle of ``cuda.layouts.swizzle_expr`` applies — the same function the tensor-core
 gemm template uses to find its operands; a tile in a wgmma layout (``cuda.layouts.wgmma_offset_expr``) is
-placed on a 1024-byte boundary (its swizzle atoms must sit on the hardware's 1024-byte pattern) and the
+placed on a 1024-byte boundary (its swizzle atoms must sit on the hardware's 1024-byte pattern), as is every tile
+named in the ``tl.align_1024`` attribute (mma.sync tiles a TMA box fills, ``tl.cuda.tma_mma_tiles``), and the
 ``extern __shared__`` array is declared ``__align__(1024)`` by the CUDA codegen.
 """
 
@@ -77,7 +78,9 @@ def lower_shared_memory_cuda(func: tirx.PrimFunc, arch: str = "sm_90") -> tirx.P
         return func.with_attr(ATTR_SMEM, 0)
     swz = swizzles_of(func)
     sizes = [_nbytes(b) for b in shared]
-    aligns = [WGMMA_ALIGN if is_wgmma_swizzle(swz.get(b, 0)) else ALIGN for b in shared]
+    forced = list(func.attrs["tl.align_1024"]) if func.attrs is not None and "tl.align_1024" in func.attrs else []
+    aligns = [WGMMA_ALIGN if is_wgmma_swizzle(swz.get(b, 0)) or any(b.same_as(x) for x in forced) else ALIGN
+              for b in shared]
     plan = _plan_reuse(func.body, shared, sizes, aligns)
     if plan is None:  # no single block body to scan: one tile after the other
         offsets, barriers = _stack(sizes, aligns), set()

@@ -79,7 +79,7 @@ from .common import (
     swizzles_of,
     sync_stmt,
 )
-from .layouts import MMA_DTYPES, dtype_bytes, is_wgmma_swizzle
+from .layouts import MMA_DTYPES, WGMMA_SWIZZLE_BASE, dtype_bytes, is_wgmma_swizzle
 from .sm90 import cluster, gemm_pingpong, overlap, tma
 from .sm90 import warp_specialize as ws
 
@@ -91,6 +91,9 @@ def _flatten(s: Any) -> list[Any]:
             out.extend(_flatten(x))
         return out
     return [s]
+
+
+ATTR_ALIGN_1024 = "tl.align_1024"  # shared tiles that must start on 1024 bytes (TMA SWIZZLE_128B destinations)
 
 
 def _producer_dst(s: Any) -> Any:
@@ -246,6 +249,7 @@ class PipelineCUDA(Rewriter):
         self.layouts = layouts_of(func)
         self.locals = locals_of(func)
         self.swizzle = swizzles_of(func)
+        self.tma_aligned: list[Any] = []  # mma.sync tiles TMA fills (tl.cuda.tma_mma_tiles): on 1024 bytes
         self.index_tiles = frozenset(n for n, u in user_layouts(func).items() if u.kind == "index")
         self.notes: list[str] = []  # why a wgmma T.gemm keeps wait_group 0 (appended to tl.wgmma_notes)
         self.pipelined_depth = 0
@@ -557,8 +561,13 @@ class PipelineCUDA(Rewriter):
             return None
         plain = bool(self.options[PassConfigKey.TL_CUDA_TMA_PLAIN_TILES])  # plain tiles too (SWIZZLE_NONE boxes)
         written = tma.written_tiles(list(consumers)) if plain else frozenset()
-        plans = [tma.plan_copy(p, self.swizzle, plain, self.index_tiles, written) for p in producers]
-        if not any(is_wgmma_swizzle(self.swizzle.get(_producer_dst(p), 0)) for p in producers):
+        swizzle, as_128b = self.swizzle, []
+        if self.options[PassConfigKey.TL_CUDA_TMA_MMA_TILES]:  # mma.sync tiles of 128-byte rows: SWIZZLE_128B boxes
+            as_128b = [t for t in map(_producer_dst, producers) if t is not None
+                       and tma.mma_tile_as_128b(t, self.swizzle.get(t, 0))]
+            swizzle = {**self.swizzle, **{t: WGMMA_SWIZZLE_BASE + 128 for t in as_128b}}
+        plans = [tma.plan_copy(p, swizzle, plain, self.index_tiles, written) for p in producers]
+        if not any(is_wgmma_swizzle(swizzle.get(_producer_dst(p), 0)) for p in producers):
             return None  # no producer fills a wgmma tile (tiles for mma.sync or FMA): nothing to report
         hinted = [p for p in producers if eviction_of(p)]
         if hinted:  # neither carries the hint on sm_90: our TMA loads have none, cp.async's is miscompiled there
@@ -568,13 +577,18 @@ class PipelineCUDA(Rewriter):
                                     "loads on sm_90: TMA loads carry no L2 hint here, and ptxas 13.0 can miscompile "
                                     "cp.async with one (docs/cuda.md, Steering tools)")
         why = next((w for m, w in plans if m is None), "")
-        if why and not plain and any(m is None and not is_wgmma_swizzle(self.swizzle.get(_producer_dst(p), 0))
-                                     for (m, _), p in zip(plans, producers)):
+        if why and as_128b:
+            why += (" (tl.cuda.tma_mma_tiles takes mma.sync tiles of 128-byte rows only: "
+                    f"{', '.join(t.name for t in as_128b)} qualified)")
+        if why and not plain and not as_128b and any(
+                m is None and not is_wgmma_swizzle(self.swizzle.get(_producer_dst(p), 0))
+                for (m, _), p in zip(plans, producers)):
             why += " (pass_configs tl.cuda.tma_plain_tiles=True loads plain tiles by TMA too)"
         if why:
             self.fused_notes.append(f"T.Pipelined loads keep cp.async, not TMA: {why}")
             return None
         out = []
+        self.tma_aligned += [t for t in as_128b if not any(t.same_as(x) for x in self.tma_aligned)]
         for (m, _), p in zip(plans, producers):
             if m not in self.tma_maps:
                 self.tma_maps.append(m)
@@ -764,6 +778,8 @@ def pipeline_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT, arch: str 
     if pipe.notes:
         old = func.attrs[ATTR_WGMMA_NOTES] if func.attrs is not None and ATTR_WGMMA_NOTES in func.attrs else []
         func = func.with_attr(ATTR_WGMMA_NOTES, [*[str(x) for x in old], *pipe.notes])
+    if pipe.tma_aligned:  # tl.LowerSharedMemoryCUDA puts them on 1024 bytes (their multi-buffered twins)
+        func = func.with_attr(ATTR_ALIGN_1024, [pipe.remap.get(b, b) for b in pipe.tma_aligned])
     if not pipe.remap:
         return func
     remap = pipe.remap

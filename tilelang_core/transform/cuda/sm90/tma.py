@@ -143,6 +143,20 @@ def plan_copy(copy: Any, swizzle: dict[Any, int], plain: bool = False,
     return checked(TmaMap(g.name, dt, tuple(reversed(gshape)), tuple(box), code - WGMMA_SWIZZLE_BASE))
 
 
+MMA_XOR_128B = 7  # our XOR swizzle's shift for 128-byte rows (layouts.swizzle_shift): chunk bits 4-6 ^ bits 7-9
+
+
+def mma_tile_as_128b(tile: Any, code: int) -> bool:
+    """``tile`` (a shared mma.sync operand tile, swizzle ``code``) is byte for byte a SWIZZLE_128B TMA box when its
+    stages sit on 1024 bytes: 128-byte rows (one 128-byte swizzle atom wide) XOR-swizzled with shift 7, and a
+    whole number of 1024-byte swizzle patterns per stage (rows a multiple of 8)."""
+    shape = [const_int(x) for x in tile.shape]
+    if code != MMA_XOR_128B or len(shape) != 2 or None in shape or str(tile.dtype) not in TMA_DTYPES:
+        return False
+    rows, cols = shape
+    return cols * dtype_bytes(str(tile.dtype)) == 128 and rows % 8 == 0
+
+
 def checked(m: TmaMap) -> tuple[TmaMap | None, str]:
     """(``m``, "") when ``cuTensorMapEncodeTiled`` takes the map (the launcher's rules, checked on the CPU), else
     (None, why not): the loop then keeps cp.async with the reason as its note rather than failing at launch."""
