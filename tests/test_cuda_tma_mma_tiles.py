@@ -5,7 +5,7 @@ stage starts on 1024 bytes, so with the key a ``T.Pipelined`` loop whose tiles a
 16 x 64 x 64) loads them by TMA completing on mbarriers, and ``ldmatrix`` reads them as before. Checked: the
 generated source (TMA loads, no cp.async; the default keeps cp.async), the note when a tile does not qualify, and the
 values in the CUDA emulator (whose TMA writes the hardware's swizzle of the shared address: a misplaced stage or a
-different layout would read wrong values) against torch at ragged shapes, fp16 and bf16.
+different layout would read wrong values) against torch at ragged shapes, fp16 and bf16, and with split-K.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import tilelang_core as tilelang
+from tilelang_core.backend.cuda import codegen
 from tilelang_core.pass_config import resolve
 from tilelang_core.quickstart import matmul_relu
 
@@ -64,3 +65,21 @@ def test_tma_loaded_16_row_tiles_match_torch_in_the_emulator(M, N, K, stages, dt
     assert not torch.isnan(c.float()).any()
     rtol = 1e-2 if dtype == "bfloat16" else 2e-3
     torch.testing.assert_close(c.float(), ref, rtol=rtol, atol=rtol * ref.abs().max().item())
+
+
+def test_a_split_k_loop_of_tma_loaded_16_row_tiles_matches_torch_in_the_emulator():
+    # tl.SplitKCUDA splits the K loop before the pipeline: each blockIdx.z's TMA boxes start at its share of K, and
+    # the last block to arrive sums the partials (tl::splitk_global_reduce, replayed by test_cuda_split_k's emulator)
+    from test_cuda_split_k import SplitKEmulator
+
+    M, N, K = 16, 128, 2048
+    cfg = {**ON, "tl.cuda.split_k": 2}
+    func = matmul_relu.get_program(M, N, K, 16, 64, 64, 4, 128, "float16", "float32")
+    lowered = codegen.lower(func, None, "sm_90", cfg)["main"]
+    assert lowered.attrs["tl.cuda_launch"]["grid"][2] == 2 and "tl::tma_load_2d" in str(lowered)
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(M, K, generator=g).half(), torch.randn(K, N, generator=g).half()
+    c = torch.full((M, N), float("nan"), dtype=torch.float16)
+    SplitKEmulator(func, z_order=[1, 0], pass_configs=cfg).run([a, b, c])
+    ref = torch.relu(a.float() @ b.float())
+    torch.testing.assert_close(c.float(), ref, rtol=2e-3, atol=2e-3 * ref.abs().max().item())
