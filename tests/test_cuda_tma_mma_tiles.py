@@ -83,3 +83,8 @@ def test_a_split_k_loop_of_tma_loaded_16_row_tiles_matches_torch_in_the_emulator
     SplitKEmulator(func, z_order=[1, 0], pass_configs=cfg).run([a, b, c])
     ref = torch.relu(a.float() @ b.float())
     torch.testing.assert_close(c.float(), ref, rtol=2e-3, atol=2e-3 * ref.abs().max().item())
+
+
+def test_a_bad_value_for_the_key_is_an_error_naming_it():
+    with pytest.raises(ValueError, match="tl.cuda.tma_mma_tiles"):
+        resolve({"tl.cuda.tma_mma_tiles": "yes"})
