@@ -664,6 +664,17 @@ class Emulator:
                 out[at:at + 16] = 0
             self._track_bytes(dst.storage, th, np.arange(at, at + 16), write=True)
             return
+        if fname == "tl::lds16":  # include/tl/gemm_frag.cuh: 16 bytes of a shared tile into registers
+            dst, src = self.pointer(args[0], th), self.pointer(args[1], th)
+            out, inp = dst.storage.view("uint8"), src.storage.view("uint8")
+            at = dst.elem * np.dtype(_STORAGE[dst.dtype]).itemsize
+            frm = src.elem * np.dtype(_STORAGE[src.dtype]).itemsize
+            if frm % 16 or not 0 <= frm <= len(inp) - 16:
+                self.problem(f"tl::lds16 at byte {frm} of {src.storage.name} ({len(inp)} bytes, 16-aligned)")
+            self._track_bytes(src.storage, th, np.arange(frm, frm + 16), write=False)
+            out[at:at + 16] = inp[frm:frm + 16]
+            self._track_bytes(dst.storage, th, np.arange(at, at + 16), write=True)
+            return
         if fname == "atomicAdd":  # T.atomic_add: read-modify-write of one element (an atomic is never a race)
             ptr = self.pointer(args[0], th)
             if ptr.dtype == "bfloat16":

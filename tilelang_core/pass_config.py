@@ -65,6 +65,8 @@ class PassConfigKey:
     TL_CUDA_DEQUANT_FRAGMENT_TABLES = "tl.cuda.dequant_fragment_tables"
     TL_CUDA_HOIST_INVARIANT_READS = "tl.cuda.hoist_invariant_reads"
     TL_CUDA_TMA_MMA_TILES = "tl.cuda.tma_mma_tiles"
+    TL_CUDA_FACTOR_SCALE = "tl.cuda.factor_scale"
+    TL_CUDA_SWIZZLE_PACKED_TILES = "tl.cuda.swizzle_packed_tiles"
 
 
 @dataclass(frozen=True)
@@ -225,6 +227,16 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "iteration of a serial loop changes (a dequantising gemm's per-channel scale in its K loop) move before "
            "the loop, across the barriers the compiler will not move them over; results are bit for bit the same "
            "(transform/cuda/hoist_invariant_reads_cuda.py); off: not faster on the H200 (int8 dequant slower)"),
+    Option(K.TL_CUDA_FACTOR_SCALE, "bool", False, "CUDA: a scale that multiplies every weight of a T.gemm's B "
+           "operand in its producer T.Parallel nest and does not change with k (a dequantising gemm's per-channel "
+           "scale) is applied once to the float32 sums after the K loop instead (sums differ from the program's "
+           "per-weight fp16/bf16 rounding by rounding only; transform/cuda/factor_scale_cuda.py); off until measured "
+           "on a GPU"),
+    Option(K.TL_CUDA_SWIZZLE_PACKED_TILES, "bool", False, "CUDA, with tl.cuda.dequant_fragments: the packed "
+           "shared tiles the fragment decode reads (a T.copy's staging of the weights) are XOR-swizzled by row, as "
+           "the mma tiles are, and each lane reads its run 16 bytes at a time, so a warp's eight rows at one column "
+           "spread over the banks instead of conflicting 8 ways (transform/cuda/dequant_fragments_cuda.py); off "
+           "until measured on a GPU"),
     Option(K.TL_CUDA_TMA_MMA_TILES, "bool", False, "CUDA sm_90: a T.Pipelined loop whose shared tiles are all "
            "mma.sync operand tiles of 128-byte rows (16 x 64 fp16 A, 64 x 64 B: block_K 64) loads them by TMA with "
            "SWIZZLE_128B, which is byte for byte their XOR swizzle when each stage sits on 1024 bytes, completing on "

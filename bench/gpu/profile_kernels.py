@@ -5,13 +5,16 @@
 (PYTHONPATH = the repo and TVM). Kernels: ``decode`` (the quickstart GEMM+ReLU at
 16x8192x8192 fp16, at the tile the H200 sweep ships for it: 16x64x128 s5 t128), ``decode_tma`` (the same at
 16x64x64 s8 with ``tl.cuda.tma_mma_tiles``), ``w4a16`` / ``fp4`` / ``int8`` / ``g128`` / ``zp`` (the dequant
-variants at the same shape, default lowering). ``--launch`` sets the launches (3);
+variants at the same shape, default lowering; ``--tile 64x512x3x128`` (block_N x block_K x stages x threads) and
+``--pass-config KEY=VALUE`` change it, e.g. ``--pass-config tl.cuda.fuse_dequant=False`` for the general lowering of
+the example). ``--launch`` sets the launches (3);
 each output is checked against torch once, so a profile is never of a wrong kernel.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import sys
 from pathlib import Path
 
@@ -32,6 +35,8 @@ def main() -> None:
     ap.add_argument("kernel", choices=["decode", "decode_tma", *DEQUANT])
     ap.add_argument("--launch", type=int, default=3)
     ap.add_argument("--shape", default="16x8192x8192")
+    ap.add_argument("--tile", help="dequant variants: block_N x block_K x num_stages x threads")
+    ap.add_argument("--pass-config", action="append", default=[], help="dequant variants: KEY=VALUE")
     args = ap.parse_args()
     M, N, K = (int(x) for x in args.shape.split("x"))
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -46,7 +51,12 @@ def main() -> None:
         inputs, ref = [a, b], torch.relu(a.float() @ b.float())
     else:
         v = next(x for x in dv.VARIANTS if x.name == DEQUANT[args.kernel])
-        kernel = dv.compile_variant(v, M, N, K)
+        cfg = {kv.split("=", 1)[0]: ast.literal_eval(kv.split("=", 1)[1]) for kv in args.pass_config}
+        tile = None
+        if args.tile:
+            bn, bk, st, th = (int(x) for x in args.tile.split("x"))
+            tile = {"block_M": 16 if M <= 16 else 128, "block_N": bn, "block_K": bk, "num_stages": st, "threads": th}
+        kernel = dv.compile_variant(v, M, N, K, cfg or None, tile=tile)
         inputs = dv.inputs(v, M, N, K)
         ref = dv.reference(v, inputs[0], *inputs[1:])
     print(f"{args.kernel}: {kernel!r}", flush=True)

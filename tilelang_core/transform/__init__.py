@@ -65,6 +65,7 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
     from ..pass_config import resolve
     from .cuda.apply_layout_annotations_cuda import apply_layout_annotations_cuda
     from .cuda.dequant_fragments_cuda import dequant_fragments_cuda
+    from .cuda.factor_scale_cuda import factor_scale_cuda
     from .cuda.fast_exp_cuda import fast_exp_cuda
     from .cuda.fp8_encode_cuda import fp8_encode_cuda
     from .cuda.fuse_dequant_gemm_cuda import fuse_dequant_gemm_cuda
@@ -102,10 +103,12 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
         # the W4A16 recogniser (tl.cuda.fuse_dequant) first; tl.cuda.dequant_fragments, the general producer fusion,
         # takes the dequantising gemms it left, after split-K (which splits the generic form's loop), before pipelining
         ("tl.FuseDequantGemmCUDA", lambda f: fuse_dequant_gemm_cuda(f, arch, opts)),
+        ("tl.FactorScaleCUDA", lambda f: factor_scale_cuda(f, opts)),
         ("tl.SplitKCUDA", lambda f: split_k_cuda(f, arch, opts)),
         ("tl.DequantFragmentsCUDA", lambda f: dequant_fragments_cuda(
             f, bool(opts[PassConfigKey.TL_CUDA_DEQUANT_FRAGMENTS_DIRECT]),
-            bool(opts[PassConfigKey.TL_CUDA_DEQUANT_FRAGMENT_TABLES])) if fragments else f),
+            bool(opts[PassConfigKey.TL_CUDA_DEQUANT_FRAGMENT_TABLES]),
+            bool(opts[PassConfigKey.TL_CUDA_SWIZZLE_PACKED_TILES])) if fragments else f),
         ("tl.PipelineCUDA", lambda f: pipeline_cuda(f, opts, arch)),
         ("tl.HoistInvariantReadsCUDA",
          lambda f: hoist_invariant_reads_cuda(f, bool(opts[PassConfigKey.TL_CUDA_HOIST_INVARIANT_READS]))),

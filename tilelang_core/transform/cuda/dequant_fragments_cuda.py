@@ -58,6 +58,7 @@ from ..common.notes import add_notes, at_line
 from ..common.regions import Region, in_bounds_conds, is_global
 from ..common.rewriter import Rewriter, and_all, const_int, new_var, seq, tile_op_name
 from .common import (
+    ATTR_SWIZZLE,
     buffers_touched,
     count_uses,
     extern,
@@ -76,7 +77,7 @@ from .common import (
 )
 from .fragment_pairs import pair_value
 from .fragment_tables import table_pair
-from .layouts import dtype_bytes
+from .layouts import dtype_bytes, packed_swizzle_code
 
 PURE_OPS = {"tirx.if_then_else", "prim.if_then_else", "tirx.shift_left", "tirx.shift_right", "tirx.bitwise_and",
             "tirx.bitwise_or", "tirx.bitwise_xor", "tirx.bitwise_not", "tirx.reinterpret", "tirx.exp", "tirx.exp2",
@@ -209,9 +210,12 @@ class DequantFragmentsCUDA(Rewriter):
 
     pass_name = "tl.DequantFragmentsCUDA"
 
-    def __init__(self, func: tirx.PrimFunc, direct: bool = False, tables: bool = False) -> None:
+    def __init__(self, func: tirx.PrimFunc, direct: bool = False, tables: bool = False,
+                 swizzle_packed: bool = False) -> None:
         super().__init__()
         self.direct = direct
+        self.swizzle_packed = swizzle_packed  # tl.cuda.swizzle_packed_tiles: staged tiles swizzled, 16-byte reads
+        self.staged_shared: list[tuple[Any, int]] = []  # (shared tile, bytes of a lane's run) read by tl::lds16
         self.tables = tables  # tl.cuda.dequant_fragment_tables: nibble-indexed decodes looked up (fragment_tables)
         self.dropped: list[Any] = []  # the T.copy statements of packed tiles now read from global memory (direct)
         self.layouts = layouts_of(func)
@@ -530,6 +534,15 @@ class DequantFragmentsCUDA(Rewriter):
                     idx = [self.ana.simplify(substitute(i, {u: tirx.IntImm("int32", p * chunk * kind)}))
                            for i in ld.indices]
                     pre.append(self.ldg16(arr, p * chunk, ld.source, idx))
+            elif self.swizzle_packed and is_shared(ld.source) and self.whole_16(ld, u, n):
+                chunk = 16 // dtype_bytes(dtype_of(ld))
+                for p in range(n // chunk):
+                    idx = [self.ana.simplify(substitute(i, {u: tirx.IntImm("int32", p * chunk * kind)}))
+                           for i in ld.indices]
+                    pre.append(extern("tl::lds16", tirx.address_of(tirx.BufferLoad(arr, [tirx.IntImm("int32",
+                                                                                                      p * chunk)])),
+                                      tirx.address_of(tirx.BufferLoad(ld.source, idx))))
+                self.staged_shared.append((ld.source, n * dtype_bytes(dtype_of(ld))))
             else:
                 lanes = _lanes(dtype_of(ld), n)
                 for p in range(n // lanes):
@@ -586,16 +599,19 @@ class DequantFragmentsCUDA(Rewriter):
         return tirx.if_then_else(and_all(conds), ld, tirx.const(0, dtype_of(ld))) if conds else ld
 
 
-def dequant_fragments_cuda(func: tirx.PrimFunc, direct: bool = False, tables: bool = False) -> tirx.PrimFunc:
+def dequant_fragments_cuda(func: tirx.PrimFunc, direct: bool = False, tables: bool = False,
+                           swizzle_packed: bool = False) -> tirx.PrimFunc:
     """Run the pass (see the module doc): replaced B tiles lose their allocation; notes say why a pair was not.
     ``direct`` (``tl.cuda.dequant_fragments_direct``): packed tiles that only stage global memory are read from it.
     ``tables`` (``tl.cuda.dequant_fragment_tables``): a decode of one nibble field whose two elements of a register
     no word operation pairs is looked up in its 16-entry table by byte permutes (``fragment_tables.py``)."""
-    pass_ = DequantFragmentsCUDA(func, direct, tables)
+    pass_ = DequantFragmentsCUDA(func, direct, tables, swizzle_packed)
     out = pass_.run(func)
     out = add_notes(out, pass_.notes)  # a kernel with no nest-written B tile has nothing to say
     if not pass_.removed:
         return out
+    if swizzle_packed:
+        out = _swizzle_staged(out, pass_)
     gone = pass_.removed
 
     def drop(s: Any) -> Any:
@@ -604,3 +620,24 @@ def dequant_fragments_cuda(func: tirx.PrimFunc, direct: bool = False, tables: bo
         return s
 
     return out.with_body(tvm_ffi.structural_map(out.body, [(tirx.AllocBuffer, drop)]))
+
+
+def _swizzle_staged(func: tirx.PrimFunc, pass_: DequantFragmentsCUDA) -> tirx.PrimFunc:
+    """``tl.cuda.swizzle_packed_tiles``: each shared tile the fragment code reads with ``tl::lds16``, used by nothing
+    but its ``T.copy`` and the fused nest and not swizzled yet, gets the packed staging swizzle
+    (``layouts.packed_swizzle_code``: the odd rows' 16-byte chunks moved to the other half of the banks), so the
+    two rows eight lanes read at once no longer conflict (unswizzled rows of 128 bytes or more all start on bank 0).
+    Every access of the tile, the ``T.copy``'s ``cp.async`` included, goes through ``tl.LowerSharedMemoryCUDA``'s
+    physical offsets, so writers and readers agree."""
+    swz = dict(swizzles_of(func))
+    added = False
+    for buf, run in pass_.staged_shared:
+        shape = [const_int(x) for x in buf.shape]
+        widths = {r for b, r in pass_.staged_shared if b.same_as(buf)}
+        if swz.get(buf, 0) or pass_.uses.get(buf, 0) != 2 or len(shape) != 2 or None in shape or len(widths) != 1:
+            continue
+        code = packed_swizzle_code(shape[-1] * dtype_bytes(str(buf.dtype)), shape[-2], run)
+        if code:
+            swz[buf] = code
+            added = True
+    return func.with_attr(ATTR_SWIZZLE, swz) if added else func

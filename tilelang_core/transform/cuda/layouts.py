@@ -406,11 +406,36 @@ def swizzle_shift(row_elems: int, rows: int, dtype: str) -> int:
     return int(math.log2(max(row_bytes, 128)))
 
 
+PACKED_SWIZZLE_BASE = 100  # code of a packed staging tile's swizzle: base + 10 * row shift + the chunk XOR (1 or 4)
+
+
+def packed_swizzle_code(row_bytes: int, rows: int, run_bytes: int) -> int:
+    """The swizzle of a shared tile whose rows a warp reads four lanes to a row, each lane ``run_bytes`` (16 or
+    32) contiguous bytes in 16-byte loads (the fragment decode's packed weights), 0 where none is needed or none
+    helps. A 16-byte load is served eight lanes at a time: two rows, whose chunks (16 bytes; eight to the 128
+    bytes of the banks) are the same when rows of 128 bytes or more all start on bank 0. XOR-ing the chunk index
+    of every odd row with 4 (runs of 16 bytes: a row's lanes read chunks c..c+3) or 1 (runs of 32: c, c+2, c+4,
+    c+6) moves the odd row to the other chunks: no conflict. Rows shorter than 128 bytes (two rows already share
+    the 128 bytes) or runs of other widths get 0."""
+    if row_bytes < 128 or row_bytes & (row_bytes - 1) or rows % 2 or run_bytes not in (16, 32):
+        return 0
+    return PACKED_SWIZZLE_BASE + 10 * int(math.log2(row_bytes)) + (4 if run_bytes == 16 else 1)
+
+
+def is_packed_swizzle(code: int) -> bool:
+    return PACKED_SWIZZLE_BASE <= code < WGMMA_SWIZZLE_BASE
+
+
 def swizzle_expr(elem: Any, shift: int, dtype: str) -> Any:
-    """Swizzled element offset of the logical element offset ``elem`` (TIR)."""
+    """Swizzled element offset of the logical element offset ``elem`` (TIR): the mma tiles' XOR swizzle (``shift``
+    from :func:`swizzle_shift`), or a packed staging tile's (:func:`packed_swizzle_code`)."""
     if not shift:
         return elem
     lg = int(math.log2(dtype_bytes(dtype)))
+    if is_packed_swizzle(shift):
+        row_shift, x = divmod(shift - PACKED_SWIZZLE_BASE, 10)
+        odd = tirx.bitwise_and(tirx.shift_right(elem, row_shift - lg), 1)
+        return tirx.bitwise_xor(elem, tirx.shift_left(odd * x, 4 - lg))
     mask = tirx.bitwise_and(tirx.shift_right(elem, shift - lg), 7)
     return tirx.bitwise_xor(elem, tirx.shift_left(mask, 4 - lg))
 
@@ -420,6 +445,9 @@ def swizzle_py(elem: int, shift: int, dtype: str) -> int:
     if not shift:
         return elem
     lg = int(math.log2(dtype_bytes(dtype)))
+    if is_packed_swizzle(shift):
+        row_shift, x = divmod(shift - PACKED_SWIZZLE_BASE, 10)
+        return elem ^ ((((elem >> (row_shift - lg)) & 1) * x) << (4 - lg))
     return elem ^ (((elem >> (shift - lg)) & 7) << (4 - lg))
 
 

@@ -70,6 +70,13 @@ __device__ __forceinline__ void ldg_cs16(void* dst, const void* src, int pred) {
   *reinterpret_cast<uint4*>(dst) = v;
 }
 
+// 16 bytes of a lane's packed run from a shared tile (tl.cuda.swizzle_packed_tiles): one 128-bit shared load where
+// the element-wise vector loads of 8-bit data stop at 8 bytes. src is 16-byte aligned (the pass proves it) and, in a
+// swizzled tile, one whole 16-byte chunk; dst is the lane's register array.
+__device__ __forceinline__ void lds16(void* dst, const void* src) {
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+}
+
 template <int M, int N, int K, int WARP_M, int WARP_N, int SWZ_A, int CH, int KK, int D, typename T>
 __device__ __forceinline__ void gemm_rb_step(const T* A, const T* bfrag, float* C) {
   constexpr int WM = M / WARP_M, WN = N / WARP_N;
