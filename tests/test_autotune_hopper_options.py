@@ -254,10 +254,14 @@ def test_the_dequant_space_twins_take_their_options_and_the_dropped_ones_would_n
         if "warp specialisation" in c.reason:  # the compiler does not specialise this loop anyway
             assert threads == c.config["threads"] and "ws_keep_occupancy" in " ".join(text(
                 _without(c.config, ("tl.disable_warp_specialized",)))[1])
+        if pcs.get("tl.cuda.factor_scale"):  # hi_first's per-channel scale leaves the loop with the fragments
+            assert c.kept == (M <= 16) and any("applied once to the float32 sums" in n for n in notes) == c.kept, \
+                (c, notes)
         if pcs.get("tl.cuda.dequant_fragment_tables") is False:  # hi_first pairs by word operations: same code
             assert "nib_lut4" not in src and src == text(_without(c.config, ("tl.cuda.dequant_fragment_tables",)))[0]
     kinds = {tuple(sorted(_pcs(c.config))) for c in cands if c.kept}
-    assert kinds == ({(), ("tl.cuda.dequant_fragments",), ("tl.cuda.dequant_fragment_tables",)} if M <= 16 else
+    assert kinds == ({(), ("tl.cuda.dequant_fragments",), ("tl.cuda.dequant_fragment_tables",),
+                      ("tl.cuda.factor_scale",)} if M <= 16 else
                      {(), ("tl.cuda.wgmma_written_tiles",), ("tl.cuda.tma_plain_tiles",),
                       ("tl.cuda.tma_plain_tiles", "tl.disable_warp_specialized")})
 

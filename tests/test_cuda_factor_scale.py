@@ -3,10 +3,11 @@
 A dequantising GEMM with one scale per output channel (bench/gpu/dequant_variants.py: ``B_s[i, j] = decode * S[n,
 (k * bk + j) // K]``) multiplies every weight by ``S[n]``; with the key the nest stores the decode alone and a
 ``T.Parallel`` nest after the K loop multiplies the accumulator by ``S[n]``. Checked without a GPU: the values in
-the CUDA emulator against torch (int4 both nibble orders, bf16, int8, ragged M and N, with the fragments fusion and
-with the shared decoded tile, under split-K), a one-hot A giving the nest's own weights bit for bit, the generated
-code (no scale load in the K loop, one multiply per output after it), the notes, the cases left alone (a per-group
-scale, an accumulator not cleared before the loop) and the key (off by default, validated, in the cache key).
+the CUDA emulator against torch (int4 both nibble orders, bf16, int8, ragged M and N, with the fragments fusion,
+under split-K), a one-hot A giving the nest's own weights bit for bit, the generated code (no scale load in the K
+loop, one multiply per output after it), the notes, the cases left alone (a per-group scale, an accumulator not
+cleared before the loop, a B tile decoded into shared memory) and the key (off by default, validated, in the cache
+key).
 """
 
 from __future__ import annotations
@@ -63,12 +64,12 @@ CASES = [  # (variant, M, N, K, extra pass_configs)
     ("bf16", 16, 64, 512, {}),
     ("int8", 16, 64, 512, {}),
     ("example_bk256", 7, 96, 512, {}),  # ragged M and N: the second block's 32 columns read S out of range (zeros)
-    ("bk64", 16, 64, 256, {"tl.cuda.dequant_fragments": False}),  # the shared decoded tile and gemm_ss
+    ("bk64", 16, 64, 256, {}),
 ]
 
 
 @pytest.mark.parametrize("name,M,N,K,extra", CASES,
-                         ids=[f"{c[0]}-{c[1]}x{c[2]}x{c[3]}{'-shared' if c[4] else ''}" for c in CASES])
+                         ids=[f"{c[0]}-{c[1]}x{c[2]}x{c[3]}" for c in CASES])
 def test_a_per_channel_scale_factored_out_of_the_k_loop_matches_torch_in_the_emulator(name, M, N, K, extra):
     v = variant(name)
     args = dv.inputs(v, M, N, K, device="cpu", seed=7)
@@ -133,6 +134,17 @@ def test_a_scale_per_group_of_k_stays_in_the_decode_with_a_note(name):
     on, off = _lowered(func, ON), _lowered(func, GENERAL)
     assert any("changes with k (a scale per group of k): it stays in the decode" in n for n in read_notes(on))
     assert on.body.same_as(off.body) or str(on.body) == str(off.body)
+
+
+@pytest.mark.parametrize("M,extra", [(16, {"tl.cuda.dequant_fragments": False}), (128, {})],
+                         ids=["fragments-off", "prefill-tile"])
+def test_a_b_tile_decoded_into_shared_memory_keeps_its_scale_and_says_why(M, extra):
+    # the prefill tiles (several warp rows: the fragment fusion does not take them) and a decode without the fusion
+    func = factory(variant("int8")).get_program(M, 64, 512)
+    on, off = _lowered(func, {**ON, **extra}), _lowered(func, {**GENERAL, **extra})
+    assert any("B_s stays a shared tile (the fragment fusion does not take this T.gemm)" in n
+               for n in read_notes(on)), read_notes(on)
+    assert str(on.body) == str(off.body)
 
 
 def _not_cleared(M, N, K, block_N=64, block_K=256, dtype="float16"):

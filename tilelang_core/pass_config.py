@@ -230,17 +230,18 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
     Option(K.TL_CUDA_FACTOR_SCALE, "bool", False, "CUDA: a scale that multiplies every weight of a T.gemm's B "
            "operand in its producer T.Parallel nest and does not change with k (a dequantising gemm's per-channel "
            "scale) is applied once to the float32 sums after the K loop instead (sums differ from the program's "
-           "per-weight fp16/bf16 rounding by rounding only; transform/cuda/factor_scale_cuda.py); off until measured "
-           "on a GPU"),
+           "per-weight fp16/bf16 rounding by rounding only; transform/cuda/factor_scale_cuda.py); off: on the H200 "
+           "1.12-1.20x faster at 16x128x256 decode tiles, 0.87-0.89x at 16x64x512, so a tuning twin"),
     Option(K.TL_CUDA_SWIZZLE_PACKED_TILES, "bool", False, "CUDA, with tl.cuda.dequant_fragments: the packed "
            "shared tiles the fragment decode reads (a T.copy's staging of the weights) are XOR-swizzled by row, as "
            "the mma tiles are, and each lane reads its run 16 bytes at a time, so a warp's eight rows at one column "
-           "spread over the banks instead of conflicting 8 ways (transform/cuda/dequant_fragments_cuda.py); off "
-           "until measured on a GPU"),
+           "spread over the banks instead of conflicting (transform/cuda/dequant_fragments_cuda.py); off: correct but "
+           "0.69-1.04x on the H200 (the decode loop is issue-bound, not shared-memory-bound)"),
     Option(K.TL_CUDA_TMA_MMA_TILES, "bool", False, "CUDA sm_90: a T.Pipelined loop whose shared tiles are all "
            "mma.sync operand tiles of 128-byte rows (16 x 64 fp16 A, 64 x 64 B: block_K 64) loads them by TMA with "
            "SWIZZLE_128B, which is byte for byte their XOR swizzle when each stage sits on 1024 bytes, completing on "
-           "mbarriers (the decode GEMM's 16-row tiles, which no wgmma takes); off until measured on a GPU"),
+           "mbarriers (the decode GEMM's 16-row tiles, which no wgmma takes); off: not faster on the H200 (0.93-1.03x "
+           "cuBLAS against 1.21-1.25x by cp.async at 16x64x64)"),
     Option(K.TL_CUDA_VECTOR_ATOMICS, "bool", True, "CUDA sm_90+: 2 or 4 adjacent float32 element atomics "
            "(T.atomic_add of a fragment, T.atomic_addx2/x4) into consecutive, provably 8/16-byte aligned elements "
            "of one global tensor under the same guard become one red.global.add.v2/v4.f32 (half / a quarter of "

@@ -25,7 +25,10 @@ every in-range ``k, j``; a per-group ``// 128`` is not, and such a scale stays i
 Conditions, as split-K's for the accumulator: one ``threadIdx.x`` launch; the K loop a top-level loop of it with
 one ``T.gemm``, whose B tile a 2-D ``T.Parallel`` nest writes at its own loop variables and only that gemm reads;
 the accumulator a whole float32 fragment, zeroed before the loop (``T.clear``), touched in the loop only as that
-gemm's destination. It runs after the W4A16 recogniser (which keeps its one spelling when on) and before split-K
+gemm's destination; and the B tile one the fragment fusion (``tl.cuda.dequant_fragments``) computes in registers —
+the decode tiles, where every warp decodes its weights once per k-step: a tile decoded into shared memory (the
+prefill tiles) decodes each weight once per block, and on the H200 factoring its scale made those kernels slower
+(BENCHMARKS.md). It runs after the W4A16 recogniser (which keeps its one spelling when on) and before split-K
 (whose last block then scales the full sum once) and the fragment fusion (which decodes the nest as it is now).
 """
 
@@ -78,6 +81,7 @@ def factor_scale_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT) -> tir
     tloop = tloops[0]
     stmts = _top_stmts(tloop)
     notes: list[str] = []
+    fused = _fused_b_tiles(func, options)
     written = _accesses(func.body)[1]
     uses = count_uses(func.body)
     out: list[Any] = []
@@ -87,7 +91,7 @@ def factor_scale_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT) -> tir
         if not (isinstance(s, tirx.For) and s.thread_binding is None and PARALLEL_ATTR not in s.annotations
                 and _gemms(s)):
             continue
-        got = _factor(s, stmts[:idx], written, uses, notes)
+        got = _factor(s, stmts[:idx], written, uses, notes, fused)
         if got is not None:
             out[-1:] = list(got)
             changed = True
@@ -107,8 +111,19 @@ def _loads_of(e: Any) -> bool:
     return isinstance(e, tvm.ir.TensorLoad)
 
 
+def _fused_b_tiles(func: tirx.PrimFunc, options: PassConfig) -> list[Any]:
+    """The B tiles ``tl.DequantFragmentsCUDA`` will compute in registers (its own analysis, run on ``func``)."""
+    if not options[PassConfigKey.TL_CUDA_DEQUANT_FRAGMENTS]:
+        return []
+    from .dequant_fragments_cuda import DequantFragmentsCUDA
+
+    probe = DequantFragmentsCUDA(func, bool(options[PassConfigKey.TL_CUDA_DEQUANT_FRAGMENTS_DIRECT]))
+    probe.run(func)
+    return list(probe.removed)
+
+
 def _factor(loop: Any, before: list[Any], written: list[Any], uses: dict[Any, int],
-            notes: list[str]) -> tuple[Any, Any] | None:
+            notes: list[str], fused: list[Any]) -> tuple[Any, Any] | None:
     """(the loop with the scale taken out of its nest, the nest scaling the accumulator), or None."""
     gemms = _gemms(loop)
     if len(gemms) != 1:
@@ -155,7 +170,9 @@ def _factor(loop: Any, before: list[Any], written: list[Any], uses: dict[Any, in
         if not (isinstance(real, tirx.Mul) and any(_loads_of(x) and x.source.same_as(src) for x in (real.a, real.b))):
             return None
         kept = real.a if _loads_of(real.b) and real.b.source.same_as(src) else real.b
-        why = _acc_problem(loop, before, c.buffer, gemm, ops)
+        why = _acc_problem(loop, before, c.buffer, gemm, ops) or (
+            None if _has(fused, b) else f"{b.name} stays a shared tile (the fragment fusion does not take this "
+            "T.gemm), where the decode runs once per block and the multiply costs little")
         if why:
             notes.append(f"{where}the scale {src.name} stays in the decode (tl.cuda.factor_scale): {why}")
             return None
