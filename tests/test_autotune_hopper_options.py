@@ -257,13 +257,15 @@ def test_the_dequant_space_twins_take_their_options_and_the_dropped_ones_would_n
         if pcs.get("tl.cuda.factor_scale"):  # hi_first's per-channel scale leaves the loop with the fragments
             assert c.kept == (M <= 16) and any("applied once to the float32 sums" in n for n in notes) == c.kept, \
                 (c, notes)
+        if pcs.get("tl.cuda.wgmma_double_buffer") and c.kept:  # the decoded tile twice, the group in flight
+            assert "tl::wgmma_drain<" in src, (c, notes)
         if pcs.get("tl.cuda.dequant_fragment_tables") is False:  # hi_first pairs by word operations: same code
             assert "nib_lut4" not in src and src == text(_without(c.config, ("tl.cuda.dequant_fragment_tables",)))[0]
     kinds = {tuple(sorted(_pcs(c.config))) for c in cands if c.kept}
     assert kinds == ({(), ("tl.cuda.dequant_fragments",), ("tl.cuda.dequant_fragment_tables",),
                       ("tl.cuda.factor_scale",)} if M <= 16 else
                      {(), ("tl.cuda.wgmma_written_tiles",), ("tl.cuda.tma_plain_tiles",),
-                      ("tl.cuda.tma_plain_tiles", "tl.disable_warp_specialized")})
+                      ("tl.cuda.tma_plain_tiles", "tl.disable_warp_specialized"), ("tl.cuda.wgmma_double_buffer",)})
 
 
 # -- records: a twin's pass_configs are its identity ----------------------------------------------------------------

@@ -67,6 +67,7 @@ class PassConfigKey:
     TL_CUDA_TMA_MMA_TILES = "tl.cuda.tma_mma_tiles"
     TL_CUDA_FACTOR_SCALE = "tl.cuda.factor_scale"
     TL_CUDA_SWIZZLE_PACKED_TILES = "tl.cuda.swizzle_packed_tiles"
+    TL_CUDA_WGMMA_DOUBLE_BUFFER = "tl.cuda.wgmma_double_buffer"
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,12 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "the mma tiles are, and each lane reads its run 16 bytes at a time, so a warp's eight rows at one column "
            "spread over the banks instead of conflicting (transform/cuda/dequant_fragments_cuda.py); off: correct but "
            "0.69-1.04x on the H200 (the decode loop is issue-bound, not shared-memory-bound)"),
+    Option(K.TL_CUDA_WGMMA_DOUBLE_BUFFER, "bool", False, "CUDA sm_90a, with tl.cuda.wgmma_pipeline: a T.Pipelined "
+           "loop whose body is its loads, T.Parallel nests writing shared tiles and one wgmma T.gemm reading those "
+           "tiles (the dequantised prefill's decode into a shared B tile) gets each written tile twice, alternating "
+           "by k, so the gemm's group stays in flight (wait_group 1) while the next k-step's nest writes the other "
+           "copy (transform/cuda/pipeline_cuda.py); off: on the H200 1.03-1.30x faster at most prefill tiles, "
+           "0.78-0.99x at 128x128x64 s4, so a tuning twin"),
     Option(K.TL_CUDA_TMA_MMA_TILES, "bool", False, "CUDA sm_90: a T.Pipelined loop whose shared tiles are all "
            "mma.sync operand tiles of 128-byte rows (16 x 64 fp16 A, 64 x 64 B: block_K 64) loads them by TMA with "
            "SWIZZLE_128B, which is byte for byte their XOR swizzle when each stage sits on 1024 bytes, completing on "

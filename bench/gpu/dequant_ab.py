@@ -24,7 +24,7 @@ import dequant_variants as dv  # noqa: E402
 from run import bench_ms, bench_ms_clean  # noqa: E402
 
 DECODE_TILES = [(64, 512, 3, 128), (128, 256, 4, 128), (128, 256, 4, 256)]  # (block_N, block_K, stages, threads)
-PREFILL_TILES = [(64, 128, 3, 256)]
+PREFILL_TILES = [(64, 128, 3, 256), (64, 128, 4, 256), (128, 64, 4, 256), (128, 128, 3, 256)]
 
 
 def main() -> None:
@@ -34,6 +34,7 @@ def main() -> None:
     ap.add_argument("--shapes", nargs="+", default=["16x8192x8192", "128x8192x28672"])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--pass-config", action="append", default=[], help="KEY=VALUE for both sides")
+    ap.add_argument("--tiles", nargs="+", help="block_N x block_K x num_stages x threads (default: the lists above)")
     args = ap.parse_args()
     base = {"tl.cuda.fuse_dequant": False}
     for kv in args.pass_config:
@@ -56,7 +57,9 @@ def main() -> None:
                 t = bench_ms_clean(lambda rec=rec, x=inputs: rec(*x))
                 print(f"  {name:14} default lowering ({dv.mechanisms(rec)}): {t * 1e3:.1f} us = {cublas / t:.2f}x",
                       flush=True)
-            for bn, bk, st, th in DECODE_TILES if M <= 16 else PREFILL_TILES:
+            tiles = [tuple(int(x) for x in t.split("x")) for t in args.tiles] if args.tiles else (
+                DECODE_TILES if M <= 16 else PREFILL_TILES)
+            for bn, bk, st, th in tiles:
                 bm = 16 if M <= 16 else 128
                 tile = {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st, "threads": th}
                 tag = f"{name:14} {bm}x{bn}x{bk} s{st} t{th}"

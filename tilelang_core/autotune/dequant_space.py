@@ -25,15 +25,19 @@ can take depends on its tile:
   the H200 it was 1.12-1.20x faster at 16 x 128 x 256 and 0.87-0.89x at 16 x 64 x 512 (ptxas schedules the smaller
   loop worse), so it is the tuner's choice, per tile; for a scale per group of k the compiler notes that it does not
   apply and the twin is the default's kernel.
+* ``tl.cuda.wgmma_double_buffer`` (the decoded tile in two copies, the wgmma group in flight; off by default) needs
+  the prefill's wgmma loop with at least 3 stages: its twin ``True`` is kept there. On the H200 1.03-1.30x faster at
+  most prefill tiles (128 x 256 x 64: 220 -> 170 us) and 0.78-0.99x at 128 x 128 x 64 s4, so the tuner's choice.
 
 The fragments and wgmma are alternatives for the same gemm, never combined. Tiles (the bench's, so the sweep starts
 from what was measured): decode (``M <= 16``) 16 x 128 x ``block_K`` on 128 threads, 4 stages (3 too; and 4
 stages on 256 threads), and 16 x 64 with a K step of at least 512 (a multiple of the program's ``block_K``), 3
-stages (4 too); prefill 128 x 64 x ``min(block_K, 128)`` on 256 threads, 3 stages (2 too). A tile whose loop
+stages (4 too); prefill 128 x 64 x ``min(block_K, 128)`` on 256 threads, 3 stages (2 too), and the wider 128 x 128
+(4 stages) and 128 x 256 (3 stages) with a K step of ``min(block_K, 64)``. A tile whose loop
 does not fit one block's shared memory, or whose K step does not divide ``K``, is dropped with the reason. Without
 ``options`` the space is those tiles only; ``options="hopper"`` (or some of ``"dequant_fragments"``,
-``"wgmma_written_tiles"``, ``"tma_plain_tiles"``, ``"dequant_fragment_tables"``, ``"factor_scale"``) adds the keys'
-twins; on sm_80
+``"wgmma_written_tiles"``, ``"tma_plain_tiles"``, ``"dequant_fragment_tables"``, ``"factor_scale"``,
+``"wgmma_double_buffer"``) adds the keys' twins; on sm_80
 only the fragments apply. (The W4A16 recogniser, ``tl.cuda.fuse_dequant``, runs before the fragments and keeps the
 one spelling it takes: for that program the fragments twin changes nothing.)
 """
@@ -46,12 +50,13 @@ from .spaces import Candidate, _arch, _check_dim, options_of
 from .workers import PASS_CONFIGS
 
 DEQUANT_OPTIONS = ("dequant_fragments", "wgmma_written_tiles", "tma_plain_tiles", "dequant_fragment_tables",
-                   "factor_scale")
+                   "factor_scale", "wgmma_double_buffer")
 KEY_FRAGMENTS = "tl.cuda.dequant_fragments"
 KEY_WRITTEN = "tl.cuda.wgmma_written_tiles"
 KEY_PLAIN_TILES = "tl.cuda.tma_plain_tiles"
 KEY_TABLES = "tl.cuda.dequant_fragment_tables"
 KEY_FACTOR = "tl.cuda.factor_scale"
+KEY_DOUBLE = "tl.cuda.wgmma_double_buffer"
 KEY_WS_OFF = "tl.disable_warp_specialized"
 DECODE_MAX_M = 16
 
@@ -70,8 +75,13 @@ def dequant_tiles(M: int, block_K: int) -> list[dict[str, int]]:
         wide = block_K * max(1, WIDE_K // block_K) if block_K < WIDE_K and WIDE_K % block_K == 0 else block_K
         return tiles + [{"block_M": 16, "block_N": 64, "block_K": wide, "num_stages": s, "threads": 128}
                         for s in (3, 4)]
-    return [{"block_M": 128, "block_N": 64, "block_K": min(block_K, 128), "num_stages": s, "threads": 256}
-            for s in (3, 2)]
+    prefill = [{"block_M": 128, "block_N": 64, "block_K": min(block_K, 128), "num_stages": s, "threads": 256}
+               for s in (3, 2)]
+    # wider tiles with a short K step (split-K fills the SMs): 0.79x / 0.80x fp16 cuBLAS on the H200 against the
+    # bench tile's 0.59x at 128x8192x28672 (BENCHMARKS.md, 2026-12-04)
+    short = min(block_K, 64)
+    return prefill + [{"block_M": 128, "block_N": 128, "block_K": short, "num_stages": 4, "threads": 256},
+                      {"block_M": 128, "block_N": 256, "block_K": short, "num_stages": 3, "threads": 256}]
 
 
 def loop_smem(tile: dict[str, int], weight_bits: int, dtype_bytes: int = 2, decoded: bool = True) -> int:
@@ -130,6 +140,15 @@ def dequant_candidates(target: Any = "cuda", *, M: int, N: int, K: int, block_K:
             cfg = {**tile, PASS_CONFIGS: {KEY_FACTOR: True}}
             out.append(Candidate(cfg, "" if rows == 1 else "factor_scale: the fragments do not apply to "
                                                          f"{rows} warp rows along M, and the key needs them"))
+        if "wgmma_double_buffer" in names:  # the twin: the decoded tile twice, the wgmma group in flight
+            cfg = {**tile, PASS_CONFIGS: {KEY_DOUBLE: True}}
+            extra = tile["block_N"] * tile["block_K"] * 2  # the second copy of the decoded fp16/bf16 tile
+            why = ("" if takes_wgmma and tile["num_stages"] >= 3 else
+                   "wgmma_double_buffer: " + ("the gemm is not on wgmma here" if not takes_wgmma else
+                                             "num_stages < 3 keeps wait_group 0 anyway"))
+            why = why or _too_big(tile, K, loop_smem(tile, weight_bits) + extra, lim.smem_per_block, arch,
+                                  " with a second decoded tile (wgmma_double_buffer)")
+            out.append(Candidate(cfg, why))
         specialised = lim.smem_per_sm // (loop_smem(tile, weight_bits) + lim.smem_reserved_per_block) < 2
         if "wgmma_written_tiles" in names:  # the twin: mma.sync on the written tile
             cfg = {**tile, PASS_CONFIGS: {KEY_WRITTEN: False}}

@@ -37,7 +37,11 @@ barrier at the top of step k; stage (k-1) % s, which step k-1's group may still 
 k+1. So at any time one stage is read by the group in flight, one by the group being issued and ``s - 2`` are
 loading. With ``s = 2`` nothing could be loaded ahead without a second barrier per step, so such loops (and
 loops that are not pipelined, bodies with other statements that could touch the accumulator while a group is in
-flight, ``clear_accum``) keep ``wait_group 0``; the reason is appended to ``tl.wgmma_notes``.
+flight, ``clear_accum``) keep ``wait_group 0``; the reason is appended to ``tl.wgmma_notes``. With
+``tl.cuda.wgmma_double_buffer`` (off by default) a body of ``T.Parallel`` nests writing shared tiles that only the
+one wgmma gemm reads (the dequantised prefill's decode into ``B_s``) qualifies too: each such tile gets two copies,
+step k's nests write copy ``k % 2``, and step k - 1's group, which read the other copy, is retired by every thread
+before the barrier at the top of step k + 1, whose nests write it again.
 
 **TMA and warp specialisation** (sm_90): when every producer is a whole 2-D tile into a wgmma-layout tile the loads
 become TMA boxes completing on mbarriers (``sm90/tma.py``); when, in addition, the body is the loads plus one wgmma
@@ -55,7 +59,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ...language._ir import Region
-from ...language.loops import STAGES_ATTR
+from ...language.loops import PARALLEL_ATTR, STAGES_ATTR
 from ...pass_config import DEFAULT, PassConfig, PassConfigKey
 from ..common.layout_annotations import user_layouts
 from ..common.regions import is_global
@@ -174,6 +178,17 @@ def _loads_in(e: Any) -> list[Any]:
         return x
 
     tvm_ffi.structural_map(e, [(tvm.ir.TensorLoad, ld)])
+    return found
+
+
+def _stores_in(node: Any) -> list[Any]:
+    found: list[Any] = []
+
+    def st(x: Any) -> Any:
+        found.append(x)
+        return x
+
+    tvm_ffi.structural_map(node, [(tirx.BufferStore, st)])
     return found
 
 
@@ -339,9 +354,9 @@ class PipelineCUDA(Rewriter):
             # substitute the iteration first: the stage expression itself mentions k
             return seq([_with_stage(substitute(p, {k: at_iter}), remap, stage) for p in producers])
 
-        in_flight = self._wgmma_in_flight(consumers, remap, stages)
-        dist = prefetch_distance(stages, in_flight is not None)
         copies = self._tma_copies(producers, consumers)
+        in_flight = self._wgmma_in_flight(consumers, remap, stages, tma=copies is not None)
+        dist = prefetch_distance(stages, in_flight is not None)
         if copies is None:
             self.cluster_why = self.cluster_why or "the loop's loads are not TMA boxes (cp.async, or not sm_90)"
         if copies is not None:
@@ -413,8 +428,10 @@ class PipelineCUDA(Rewriter):
         epilogue = [extern("tl::cp_async_wait<0>"), sync_stmt()]
         if in_flight is not None:
             c_loc, nregs = in_flight
-            cons = [tirx.AttrStmt(tirx.IntImm("int32", 0), WGMMA_PENDING_ATTR, tirx.IntImm("int32", 1), cons[0],
-                                  span=cons[0].span)]
+            if self.doubled:  # the written tiles alternate by k: step k writes one, step k-1's group reads the other
+                cons = [_with_stage(c, self.doubled, tirx.floormod(k0, 2)) for c in cons]
+            cons = [*cons[:-1], tirx.AttrStmt(tirx.IntImm("int32", 0), WGMMA_PENDING_ATTR, tirx.IntImm("int32", 1),
+                                              cons[-1], span=cons[-1].span)]
             zero = tirx.IntImm("int32", 0)
             epilogue = [extern(f"tl::wgmma_drain<{nregs}>", tirx.address_of(tirx.BufferLoad(c_loc, [zero]))),
                         *epilogue]
@@ -598,14 +615,19 @@ class PipelineCUDA(Rewriter):
                                    rows * cols * dtype_bytes(m.dtype), m.rank))
         return out
 
-    def _wgmma_in_flight(self, consumers: list[Any], remap: dict[Any, Any], stages: int) -> tuple | None:
+    def _wgmma_in_flight(self, consumers: list[Any], remap: dict[Any, Any], stages: int,
+                         tma: bool = False) -> tuple | None:
         """(accumulator register array, its register count) when the loop's wgmma T.gemm may leave its group in
-        flight across k-steps; else None, with the reason noted for every wgmma gemm of the body."""
+        flight across k-steps; else None, with the reason noted for every wgmma gemm of the body. With
+        ``tl.cuda.wgmma_double_buffer``, ``self.doubled`` is then the tiles the body's nests write for the gemm,
+        each given two copies (empty when the body is the loads and the gemm alone)."""
+        self.doubled = {}
         gemms = [g for g in _gemms_in(consumers) if self._is_wgmma(g)]
         if not gemms:
             return None
 
         def keep(why: str) -> None:
+            self.doubled = {}
             self._note(gemms, why)
 
         if not self.options[PassConfigKey.TL_CUDA_WGMMA_PIPELINE]:
@@ -614,18 +636,91 @@ class PipelineCUDA(Rewriter):
             return keep(f"num_stages={stages} leaves no shared stage to load into while a group is in flight "
                         "(num_stages >= 3 does)")
         if len(consumers) != 1 or not isinstance(consumers[0], tirx.Evaluate) or len(gemms) != 1:
-            return keep("the loop body has statements besides the loads and this T.gemm (they could touch the "
-                        "accumulator or the stages while a group is in flight)")
-        ops = gemm_operands(consumers[0], self.ana)
+            why = self._double_buffer(consumers, gemms, tma)
+            if why is not None:
+                return keep("the loop body has statements besides the loads and this T.gemm (they could touch the "
+                            f"accumulator or the stages while a group is in flight){why}")
+        ops = gemm_operands(consumers[-1], self.ana)
         if ops["clear"]:
             return keep("clear_accum=True writes the accumulator in every k-step")
-        if ops["a"].buffer not in remap or ops["b"].buffer not in remap:
+        staged = {**remap, **self.doubled}
+        if ops["a"].buffer not in staged or ops["b"].buffer not in staged:
             return keep("A or B is not a tile the loop loads")
         c = ops["c"].buffer
         if c not in self.locals:
             return keep("the accumulator has no register array")
         return self.locals[c], self.layouts[c].num_regs
 
+
+    def _double_buffer(self, consumers: list[Any], gemms: list[Any], tma: bool) -> str | None:
+        """``tl.cuda.wgmma_double_buffer``: when the body after the loads is ``T.Parallel`` nests writing shared
+        tiles the one wgmma ``T.gemm`` (the last statement) reads whole as A or B — the dequantised prefill's
+        decode — set ``self.doubled`` to those tiles' two-copy twins and return None; else what to add to the
+        caller's reason ("" when the key is off)."""
+        if not self.options[PassConfigKey.TL_CUDA_WGMMA_DOUBLE_BUFFER]:
+            return ""
+        gemm = consumers[-1]
+        nests = consumers[:-1]
+        if len(gemms) != 1 or not gemm.same_as(gemms[0]) or not nests or not all(
+                isinstance(x, tirx.For) and PARALLEL_ATTR in (x.annotations or {}) for x in nests):
+            return "; tl.cuda.wgmma_double_buffer takes T.Parallel nests followed by the T.gemm only"
+        if tma:
+            return "; tl.cuda.wgmma_double_buffer: not with TMA loads (cp.async loops only)"
+        ops = gemm_operands(gemm, self.ana)
+        operands = [r for r in (ops["a"], ops["b"]) if is_shared(r.buffer)]
+        written: list[Any] = []
+        for x in nests:
+            for st in _stores_in(x):
+                b = st.buffer
+                if b.scope() in ("local", "local.var"):
+                    continue
+                if not any(b.same_as(r.buffer) and is_whole_tile(r) for r in operands):
+                    return (f"; tl.cuda.wgmma_double_buffer: a nest writes {b.name}, which is not a whole shared A "
+                            "or B tile of the T.gemm")
+                if not any(b.same_as(w) for w in written):
+                    written.append(b)
+        inside = count_uses(seq(consumers))
+        for b in written:
+            if self.uses.get(b, 0) != inside.get(b, 0):
+                return f"; tl.cuda.wgmma_double_buffer: {b.name} is used outside the loop"
+            if any(ld.source.same_as(b) for x in nests for ld in _loads_in(x)):
+                return f"; tl.cuda.wgmma_double_buffer: a nest reads {b.name}, which it writes"
+        if not written:
+            return "; tl.cuda.wgmma_double_buffer: the nests write no tile of the T.gemm"
+        extra = 0
+        for b in written:
+            n = dtype_bytes(str(b.dtype))
+            for d in b.shape:
+                n *= int(d)
+            extra += -(-n // 1024) * 1024
+        have = self._loop_smem_bytes()
+        if have + extra > SMEM_BLOCK_LIMIT:
+            return (f"; tl.cuda.wgmma_double_buffer: a second copy of {', '.join(b.name for b in written)} "
+                    f"({extra // 1024} KB) does not fit the block's shared memory beside the loop's "
+                    f"{have // 1024} KB")
+        self.doubled = {b: tirx.decl_buffer([2, *[int(x) for x in b.shape]], str(b.dtype), b.name, scope=b.scope())
+                        for b in written}
+        self.remap.update(self.doubled)
+        return None
+
+    def _loop_smem_bytes(self) -> int:
+        """Bytes of the shared tiles the kernel allocates, multi-buffered ones counted with their stages, each
+        rounded up to 1024 (wgmma tiles' boundary): an upper bound of the loop's share."""
+        seen: list[Any] = []
+
+        def visit(a: Any) -> Any:
+            if is_shared(a.buffer) and not any(a.buffer.same_as(o) for o in seen):
+                seen.append(a.buffer)
+            return a
+
+        tvm_ffi.structural_map(self.body, [(tirx.AllocBuffer, visit)])
+        total = 0
+        for b in (self.remap.get(o, o) for o in seen):
+            n = dtype_bytes(str(b.dtype))
+            for d in b.shape:
+                n *= int(d)
+            total += -(-n // 1024) * 1024
+        return total
 
     def _fused_gemm(self, consumers: list[Any], remap: dict[Any, Any], stages: int) -> tuple | None:
         """When the consumer part is one tensor-core T.gemm on the pipelined tiles (the quickstart's loop), the
@@ -689,6 +784,7 @@ def _thread_loop(func: Any) -> Any:
 
 
 SMEM_PER_SM = 233472  # sm_90: 228 KiB of shared memory per SM ...
+SMEM_BLOCK_LIMIT = 232448  # ... of which one block may have 227 KiB
 SMEM_RESERVED_PER_BLOCK = 1024  # ... of which the driver keeps 1 KiB per resident block
 
 
