@@ -83,3 +83,14 @@ def test_emulated_wgmma_dequant_prefill_matches_torch(name, M, N, K):
     Emulator(func, "sm_90a", ON).run([*ins, out])
     ref = dv.reference(v, *ins)
     assert is_close_fraction(out, ref, 2e-2, 2e-2) == 0.0, (out.double() - ref).abs().max()
+
+
+def test_a_tile_neither_wgmma_nor_mma_sync_can_grid_says_both_in_its_note():
+    # 128 x 256 on 384 threads: 3 warpgroups do not split 128 rows into m64 blocks, and no grid of 12 warps tiles
+    # 128 x 256 in 16 x 8 steps, so the gemm runs as FMA loops (12 ms on the H200 where 256 threads take 170 us)
+    v = VARIANTS["example_bk256"]
+    func = dv.program(v, 128, 1024, 1024, block_M=128, block_N=256, block_K=64, num_stages=3, threads=384)
+    kernel = tilelang.compile(func, out_idx=[-1], target={"kind": "cuda", "arch": "sm_90a"},
+                              pass_configs={"tl.cuda.fuse_dequant": False})
+    fma = [n for n in kernel.notes if "uses FMA loops" in n]
+    assert len(fma) == 1 and "nor mma.sync: no grid of the 12 warps tiles 128x256" in fma[0], kernel.notes

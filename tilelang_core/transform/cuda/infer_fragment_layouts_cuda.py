@@ -422,7 +422,13 @@ def _wgmma_choice(col: _Collect, classes: list[tuple[Any, list[Any]]], arch: str
             loc = location_of(span)
             where = f"line {loc.line}: " if loc is not None else ""
             path = "mma.sync" if plan_for(ops, col.threads).kind == "mma" else "FMA loops"  # fp8: no mma.sync
-            notes.append(f"{where}T.gemm {ops['M']}x{ops['N']}x{ops['K']} uses {path}, not wgmma: {why[n]}")
+            also = ""  # a tensor-core dtype on FMA loops: mma.sync found no warp grid either
+            dts = {str(ops[k].buffer.dtype) for k in ("a", "b")}
+            if path == "FMA loops" and len(dts) == 1 and dts <= {"float16", "bfloat16"} and is_fragment(
+                    ops["c"].buffer) and col.threads and ops["K"] % 16 == 0:
+                also = (f"; nor mma.sync: no grid of the {col.threads // 32} warps tiles {ops['M']}x{ops['N']} "
+                        "in 16x8 steps (another thread count may)")
+            notes.append(f"{where}T.gemm {ops['M']}x{ops['N']}x{ops['K']} uses {path}, not wgmma: {why[n]}{also}")
             continue
         root = root_of(n)
         if not any(col._is(r, root) for r, _ in chosen):
