@@ -110,7 +110,7 @@ class NestValue:
         self.store, self.value, self.lets, self.raw = store, value, lets, raw
 
 
-def _single_store(body: Any) -> NestValue | None:
+def single_store(body: Any) -> NestValue | None:
     """The one buffer store of a nest body and its scalars (``q = ...`` as a ``Bind``/``LetStmt`` or a one-element
     local); None if the body does anything else."""
     binds: list[tuple[Any, Any]] = []  # (var, value as written: may use earlier scalars)
@@ -276,7 +276,7 @@ class DequantFragmentsCUDA(Rewriter):
         exts_c = [const_int(e) for e in exts]
         for v, e in zip(vs, exts):
             self.bind_loop(v, tirx.IntImm("int32", 0), e)
-        got = _single_store(body)
+        got = single_store(body)
         if got is None:
             return self._no("the nest does more than store one tile (one-element scalars aside)")
         store, value = got.store, got.value

@@ -56,16 +56,16 @@ from .common import (
     parallel_nest,
     substitute,
 )
-from .dequant_fragments_cuda import _single_store
+from .dequant_fragments_cuda import single_store
 from .split_k_cuda import (
-    _accesses,
-    _gemms,
-    _has,
-    _prologue_problem,
-    _thread_loops,
-    _tile_ops,
-    _top_stmts,
-    _touches_outside_tile_ops,
+    accesses,
+    gemm_stmts,
+    has_buffer,
+    prologue_problem,
+    thread_loops,
+    tile_ops,
+    top_stmts,
+    touches_outside_tile_ops,
 )
 
 KEY = PassConfigKey.TL_CUDA_FACTOR_SCALE
@@ -75,21 +75,21 @@ def factor_scale_cuda(func: tirx.PrimFunc, options: PassConfig = DEFAULT) -> tir
     """Run the pass (see the module doc); ``func`` unchanged when the option is off."""
     if not options[KEY]:
         return func
-    tloops = _thread_loops(func.body)
+    tloops = thread_loops(func.body)
     if len(tloops) != 1:
         return func
     tloop = tloops[0]
-    stmts = _top_stmts(tloop)
+    stmts = top_stmts(tloop)
     notes: list[str] = []
     fused = _fused_b_tiles(func, options)
-    written = _accesses(func.body)[1]
+    written = accesses(func.body)[1]
     uses = count_uses(func.body)
     out: list[Any] = []
     changed = False
     for idx, s in enumerate(stmts):
         out.append(s)
         if not (isinstance(s, tirx.For) and s.thread_binding is None and PARALLEL_ATTR not in s.annotations
-                and _gemms(s)):
+                and gemm_stmts(s)):
             continue
         got = _factor(s, stmts[:idx], written, uses, notes, fused)
         if got is not None:
@@ -125,7 +125,7 @@ def _fused_b_tiles(func: tirx.PrimFunc, options: PassConfig) -> list[Any]:
 def _factor(loop: Any, before: list[Any], written: list[Any], uses: dict[Any, int],
             notes: list[str], fused: list[Any]) -> tuple[Any, Any] | None:
     """(the loop with the scale taken out of its nest, the nest scaling the accumulator), or None."""
-    gemms = _gemms(loop)
+    gemms = gemm_stmts(loop)
     if len(gemms) != 1:
         return None
     gemm = gemms[0]
@@ -134,12 +134,12 @@ def _factor(loop: Any, before: list[Any], written: list[Any], uses: dict[Any, in
     b, c = ops["b"].buffer, ops["c"]
     body = loop.body.seq if isinstance(loop.body, tirx.SeqStmt) else [loop.body]
     nests = [x for x in body if isinstance(x, tirx.For) and PARALLEL_ATTR in x.annotations
-             and _has(_accesses(x)[1], b)]
+             and has_buffer(accesses(x)[1], b)]
     if len(nests) != 1:
         return None
     nest = nests[0]
     vs, exts, nbody = parallel_nest(nest, PARALLEL_ATTR)
-    got = _single_store(nbody)
+    got = single_store(nbody)
     if len(vs) != 2 or got is None or not got.store.buffer.same_as(b) or not isinstance(got.value, tirx.Mul):
         return None
     store = got.store
@@ -152,12 +152,14 @@ def _factor(loop: Any, before: list[Any], written: list[Any], uses: dict[Any, in
     for v, e in zip(vs, exts):
         ana.bind(v, tvm.ir.Range.from_min_extent(0, e))
     where = f"{at_line(gemm)}T.gemm {ops['M']}x{ops['N']}x{ops['K']}: "
-    loop_writes = _accesses(loop.body)[1]
+    loop_writes = accesses(loop.body)[1]
     for factor in (got.value.b, got.value.a):
         if not _loads_of(factor):
             continue
         src = factor.source
-        if not (is_global(src) and not _has(written, src)) and not (is_shared(src) and not _has(loop_writes, src)):
+        read_only = (is_global(src) and not has_buffer(written, src)) or (
+            is_shared(src) and not has_buffer(loop_writes, src))
+        if not read_only:
             continue
         idx = [ana.simplify(i) for i in factor.indices]
         if any(mentions(i, loop.loop_var) or mentions(i, k_var) for i in idx):
@@ -171,7 +173,7 @@ def _factor(loop: Any, before: list[Any], written: list[Any], uses: dict[Any, in
             return None
         kept = real.a if _loads_of(real.b) and real.b.source.same_as(src) else real.b
         why = _acc_problem(loop, before, c.buffer, gemm, ops) or (
-            None if _has(fused, b) else f"{b.name} stays a shared tile (the fragment fusion does not take this "
+            None if has_buffer(fused, b) else f"{b.name} stays a shared tile (the fragment fusion does not take this "
             "T.gemm), where the decode runs once per block and the multiply costs little")
         if why:
             notes.append(f"{where}the scale {src.name} stays in the decode (tl.cuda.factor_scale): {why}")
@@ -187,10 +189,11 @@ def _acc_problem(loop: Any, before: list[Any], acc: Any, gemm: Any, ops: dict[st
         return "the T.gemm has clear_accum=True"
     if not is_whole_tile(ops["c"]) or [const_int(x) for x in acc.shape] != [ops["M"], ops["N"]]:
         return f"the T.gemm writes part of {acc.name}"
-    others = [s for s in _tile_ops(loop.body) if not s.same_as(gemm)]
-    if any(_has(_accesses(s)[0] + _accesses(s)[1], acc) for s in others) or _touches_outside_tile_ops(loop.body, acc):
+    others = [s for s in tile_ops(loop.body) if not s.same_as(gemm)]
+    if any(has_buffer(accesses(s)[0] + accesses(s)[1], acc) for s in others) or \
+            touches_outside_tile_ops(loop.body, acc):
         return f"the K loop reads or writes {acc.name} other than as the T.gemm destination"
-    return _prologue_problem(before, acc)
+    return prologue_problem(before, acc)
 
 
 def _rewrite(loop: Any, store: Any, kept: Any, c: Region, src: Any, idx: list[Any], n_var: Any,

@@ -88,10 +88,10 @@ class _SplitK:
 
     def run(self) -> tirx.PrimFunc:  # noqa: C901 - one check per condition of the module doc
         func, grid = self.func, self.grid
-        tloops = _thread_loops(func.body)
+        tloops = thread_loops(func.body)
         if not tloops:
             return func
-        gemm_loops = [s for s in _top_stmts(tloops[0]) if isinstance(s, tirx.For) and _gemms(s)]
+        gemm_loops = [s for s in top_stmts(tloops[0]) if isinstance(s, tirx.For) and gemm_stmts(s)]
         if not gemm_loops:
             return func  # no T.gemm in a loop: nothing to split
         if not all(isinstance(g, int) for g in grid) or grid[2] != 1:
@@ -106,14 +106,14 @@ class _SplitK:
         if len(tloops) != 1:
             return self.skip("the kernel does not have exactly one threadIdx.x launch", shape=True)
         tloop = tloops[0]
-        stmts = _top_stmts(tloop)
+        stmts = top_stmts(tloop)
         if len(gemm_loops) != 1:
             return self.skip(f"the kernel has {len(gemm_loops)} top-level loops with a T.gemm (split-K splits one)",
                              shape=True)
         idx = next(i for i, s in enumerate(stmts) if s.same_as(loop))
         if loop.thread_binding is not None or PARALLEL_ATTR in loop.annotations:
             return self.skip("the loop around the T.gemm is not a serial or T.Pipelined K loop", loop, shape=True)
-        gemms = _gemms(loop)
+        gemms = gemm_stmts(loop)
         ana = tvm.sym.Analyzer()
         ops = [gemm_operands(g, ana) for g in gemms]
         accs = {id(o["c"].buffer): o["c"].buffer for o in ops}
@@ -132,7 +132,7 @@ class _SplitK:
         why = _loop_problem(loop, acc, gemms, stmts[idx + 1:])
         if why:
             return self.skip(why, loop)
-        why = _prologue_problem(stmts[:idx], acc)
+        why = prologue_problem(stmts[:idx], acc)
         if why:
             return self.skip(why, loop)
         if n is None:
@@ -170,7 +170,7 @@ class _SplitK:
         from ...backend.cuda.resources import limits_for
 
         lim = limits_for(self.arch)
-        staged = [Region.of(s.value.args[1]).buffer for s in _tile_ops(loop) if tile_op_name(s) == "tl.copy"]
+        staged = [Region.of(s.value.args[1]).buffer for s in tile_ops(loop) if tile_op_name(s) == "tl.copy"]
         gone = self.unmaterialised()
         total = 0
         for buf in _shared_allocations(self.func.body):
@@ -243,7 +243,7 @@ def _shared_allocations(body: Any) -> list[Any]:
     return found
 
 
-def _thread_loops(body: Any) -> list[Any]:
+def thread_loops(body: Any) -> list[Any]:
     found: list[Any] = []
 
     def visit(f: Any) -> Any:
@@ -255,11 +255,11 @@ def _thread_loops(body: Any) -> list[Any]:
     return found
 
 
-def _top_stmts(tloop: Any) -> list[Any]:
+def top_stmts(tloop: Any) -> list[Any]:
     return list(tloop.body.seq) if isinstance(tloop.body, tirx.SeqStmt) else [tloop.body]
 
 
-def _tile_ops(node: Any) -> list[Any]:
+def tile_ops(node: Any) -> list[Any]:
     """The tile-op statements (``Evaluate`` of a ``tl.*`` op) inside ``node``."""
     found: list[Any] = []
 
@@ -272,11 +272,11 @@ def _tile_ops(node: Any) -> list[Any]:
     return found
 
 
-def _gemms(node: Any) -> list[Any]:
-    return [s for s in _tile_ops(node) if tile_op_name(s) == "tl.gemm"]
+def gemm_stmts(node: Any) -> list[Any]:
+    return [s for s in tile_ops(node) if tile_op_name(s) == "tl.gemm"]
 
 
-def _accesses(node: Any) -> tuple[list[Any], list[Any]]:
+def accesses(node: Any) -> tuple[list[Any], list[Any]]:
     """(buffers read, buffers written) by ``node``: loads and stores, tile-op regions (a ``tl.copy`` reads its
     first region and writes its second, a ``tl.gemm`` writes its third, ``tl.fill`` writes its first; any other
     tile op is taken to read and write every region it names)."""
@@ -292,7 +292,7 @@ def _accesses(node: Any) -> tuple[list[Any], list[Any]]:
         return st
 
     tvm_ffi.structural_map(node, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store)])
-    for op in _tile_ops(node):
+    for op in tile_ops(node):
         name = tile_op_name(op)
         regions = [a.source for a in op.value.args if isinstance(a, tvm.ir.TensorRegion)]
         if name == "tl.copy" and len(regions) >= 2:
@@ -309,7 +309,7 @@ def _accesses(node: Any) -> tuple[list[Any], list[Any]]:
     return reads, writes
 
 
-def _has(bufs: list[Any], buf: Any) -> bool:
+def has_buffer(bufs: list[Any], buf: Any) -> bool:
     return any(b.same_as(buf) for b in bufs)
 
 
@@ -327,23 +327,24 @@ def _extern_calls(node: Any) -> list[str]:
 
 def _loop_problem(loop: Any, acc: Any, gemms: list[Any], after: list[Any]) -> str | None:
     """Why the K loop cannot be split (None: it can)."""
-    reads, writes = _accesses(loop.body)
+    reads, writes = accesses(loop.body)
     if any(is_global(b) for b in writes):
         return "the K loop writes global memory (each block would write its share)"
     externs = _extern_calls(loop.body)
     if externs:
         return f"the K loop calls a device function ({externs[0]}) whose effect split-K cannot see"
-    others = [s for s in _tile_ops(loop.body) if not any(s.same_as(g) for g in gemms)]
-    if any(_has(_accesses(s)[0] + _accesses(s)[1], acc) for s in others) or _touches_outside_tile_ops(loop.body, acc):
+    others = [s for s in tile_ops(loop.body) if not any(s.same_as(g) for g in gemms)]
+    if any(has_buffer(accesses(s)[0] + accesses(s)[1], acc) for s in others) or \
+            touches_outside_tile_ops(loop.body, acc):
         return f"the K loop reads or writes the accumulator {acc.name} other than as a T.gemm destination"
-    after_reads = [b for s in after for b in _accesses(s)[0]]
+    after_reads = [b for s in after for b in accesses(s)[0]]
     for b in {id(b): b for b in writes}.values():
-        if not b.same_as(acc) and _has(after_reads, b):
+        if not b.same_as(acc) and has_buffer(after_reads, b):
             return f"{b.name} is written in the K loop and read after it (its value would be one block's share)"
     return None
 
 
-def _touches_outside_tile_ops(node: Any, buf: Any) -> bool:
+def touches_outside_tile_ops(node: Any, buf: Any) -> bool:
     hit: list[Any] = []
 
     def load(ld: Any) -> Any:
@@ -360,15 +361,15 @@ def _touches_outside_tile_ops(node: Any, buf: Any) -> bool:
     return bool(hit)
 
 
-def _prologue_problem(before: list[Any], acc: Any) -> str | None:
+def prologue_problem(before: list[Any], acc: Any) -> str | None:
     """Why the statements before the K loop rule splitting out (None: they do not): the accumulator must start
     at zero in every block, and nothing may write global memory (every block runs them)."""
     zeroed = False
     for s in before:
-        reads, writes = _accesses(s)
+        reads, writes = accesses(s)
         if any(is_global(b) for b in writes) or _extern_calls(s):
             return "a statement before the K loop writes global memory or calls a device function"
-        if not (_has(reads, acc) or _has(writes, acc)):
+        if not (has_buffer(reads, acc) or has_buffer(writes, acc)):
             continue
         if tile_op_name(s) == "tl.fill" and _is_zero(s.value.args[1]):
             zeroed = True
