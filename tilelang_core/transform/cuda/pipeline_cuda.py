@@ -181,6 +181,14 @@ def _loads_in(e: Any) -> list[Any]:
     return found
 
 
+def _bytes_1024(buf: Any) -> int:
+    """A shared tile's bytes rounded up to 1024 (wgmma tiles sit on 1024-byte boundaries)."""
+    n = dtype_bytes(str(buf.dtype))
+    for d in buf.shape:
+        n *= int(d)
+    return -(-n // 1024) * 1024
+
+
 def _stores_in(node: Any) -> list[Any]:
     found: list[Any] = []
 
@@ -493,12 +501,7 @@ class PipelineCUDA(Rewriter):
             for b in buffers_touched(x):
                 if is_shared(b) and not any(b.same_as(o) for o in seen):
                     seen.append(b)
-        nbytes = 0
-        for b in (self.remap.get(o, o) for o in seen):
-            n = dtype_bytes(str(b.dtype))
-            for d in b.shape:
-                n *= int(d)
-            nbytes += -(-n // 1024) * 1024  # wgmma tiles sit on 1024-byte boundaries
+        nbytes = sum(_bytes_1024(self.remap.get(o, o)) for o in seen)
         return SMEM_PER_SM // (nbytes + SMEM_RESERVED_PER_BLOCK)
 
     def _warp_specialized(self, s: Any, k: Any, k0: Any, n: Any, stages: int, producers: list[Any],
@@ -687,12 +690,7 @@ class PipelineCUDA(Rewriter):
                 return f"; tl.cuda.wgmma_double_buffer: a nest reads {b.name}, which it writes"
         if not written:
             return "; tl.cuda.wgmma_double_buffer: the nests write no tile of the T.gemm"
-        extra = 0
-        for b in written:
-            n = dtype_bytes(str(b.dtype))
-            for d in b.shape:
-                n *= int(d)
-            extra += -(-n // 1024) * 1024
+        extra = sum(_bytes_1024(b) for b in written)
         have = self._loop_smem_bytes()
         if have + extra > SMEM_BLOCK_LIMIT:
             return (f"; tl.cuda.wgmma_double_buffer: a second copy of {', '.join(b.name for b in written)} "
@@ -714,13 +712,7 @@ class PipelineCUDA(Rewriter):
             return a
 
         tvm_ffi.structural_map(self.body, [(tirx.AllocBuffer, visit)])
-        total = 0
-        for b in (self.remap.get(o, o) for o in seen):
-            n = dtype_bytes(str(b.dtype))
-            for d in b.shape:
-                n *= int(d)
-            total += -(-n // 1024) * 1024
-        return total
+        return sum(_bytes_1024(self.remap.get(o, o)) for o in seen)
 
     def _fused_gemm(self, consumers: list[Any], remap: dict[Any, Any], stages: int) -> tuple | None:
         """When the consumer part is one tensor-core T.gemm on the pipelined tiles (the quickstart's loop), the
