@@ -101,3 +101,25 @@ def test_every_tile_of_the_dequant_tile_sweep_lowers_to_the_register_fragments()
         func = dv.program(v, 16, 1024, 2048, 16, bn, bk, st, th)
         text = str(codegen.lower(func, None, "sm_90a", {"tl.cuda.fuse_dequant": False})["main"])
         assert "tl::gemm_rb_step<" in text, (bn, bk, st, th)
+
+
+def test_the_ab_benchs_tiles_take_the_paths_its_keys_act_on():
+    """bench/gpu/dequant_ab.py's decode tiles decode into register fragments (where tl.cuda.factor_scale and
+    tl.cuda.swizzle_packed_tiles act) and its prefill tiles take wgmma, keeping the group in flight with
+    tl.cuda.wgmma_double_buffer at three stages or more: an A/B row is never two copies of one kernel."""
+    import dequant_ab
+    import dequant_variants as dv
+
+    from tilelang_core.backend.cuda import codegen
+
+    v = next(x for x in dv.VARIANTS if x.name == "hi_first")
+    general = {"tl.cuda.fuse_dequant": False}
+    for bn, bk, st, th in dequant_ab.DECODE_TILES:
+        func = dv.program(v, 16, 1024, 2048, 16, bn, bk, st, th)
+        on = str(codegen.lower(func, None, "sm_90a", {**general, "tl.cuda.factor_scale": True})["main"])
+        off = str(codegen.lower(func, None, "sm_90a", general)["main"])
+        assert "tl::gemm_rb_step<" in on and on != off, (bn, bk, st, th)
+    for bn, bk, st, th in dequant_ab.PREFILL_TILES:
+        func = dv.program(v, 128, 1024, 2048, 128, bn, bk, st, th)
+        on = str(codegen.lower(func, None, "sm_90a", {**general, "tl.cuda.wgmma_double_buffer": True})["main"])
+        assert "tl::wgmma_gemm_ss<" in on and ("tl::wgmma_drain<" in on) == (st >= 3), (bn, bk, st, th)
