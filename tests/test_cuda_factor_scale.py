@@ -31,21 +31,10 @@ sys.path.insert(0, str(ROOT / "bench" / "gpu"))
 
 import dequant_variants as dv  # noqa: E402
 from cuda_emulator import emulate  # noqa: E402
+from test_cuda_dequant_fragments_direct import factory, variant  # noqa: E402  (the bench's programs at decode tiles)
 
 GENERAL = {"tl.cuda.fuse_dequant": False}  # the recogniser would take the example's own spelling first
 ON = {**GENERAL, "tl.cuda.factor_scale": True}
-
-
-def variant(name: str) -> dv.Variant:
-    return next(v for v in dv.VARIANTS if v.name == name)
-
-
-def factory(v: dv.Variant, block_N: int = 64):
-    @tilelang.jit(out_idx=[-1])
-    def prog(M, N, K):
-        return dv.program(v, M, N, K, **{**dv.tiles(M, v), "block_N": block_N})
-
-    return prog
 
 
 def _lowered(func, configs):
@@ -187,3 +176,46 @@ def test_the_key_is_off_by_default_validated_and_part_of_the_cache_key():
     default, on = _lowered(func, GENERAL), _lowered(func, ON)
     assert not any("factor_scale" in n for n in read_notes(default))
     assert resolve(ON).key() != resolve(GENERAL).key() and str(default.body) != str(on.body)
+
+
+def _scale_first(M, N, K, block_N=64, block_K=256, dtype="float16"):
+    """The int4 decode with the scale written first: ``S[n] * decode`` (the factor on the product's left)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((N, K // 2), "uint8"), S: T.Tensor((N,), dtype),
+             C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), 1, threads=128) as (bx, by):
+            A_s = T.alloc_shared((16, block_K), dtype)
+            B_p = T.alloc_shared((block_N, block_K // 2), "uint8")
+            B_s = T.alloc_shared((block_N, block_K), dtype)
+            C_l = T.alloc_fragment((16, block_N), "float32")
+            T.clear(C_l)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+                T.copy(A[0, k * block_K], A_s)
+                T.copy(B[bx * block_N, k * (block_K // 2)], B_p)
+                for i, j in T.Parallel(block_N, block_K):
+                    q = (B_p[i, j // 2] >> (4 * (j % 2))) & 0xF
+                    B_s[i, j] = S[bx * block_N + i] * T.cast(T.cast(q, "int32") - 8, dtype)
+                T.gemm(A_s, B_s, C_l, transpose_B=True)
+            T.copy(C_l, C[0, bx * block_N])
+
+    return main
+
+
+def test_a_scale_written_before_the_decode_is_factored_the_same_way():
+    M, N, K = 16, 64, 512
+    func = _scale_first(M, N, K)
+    assert any("applied once to the float32 sums" in n for n in read_notes(_lowered(func, ON)))
+    g = torch.Generator().manual_seed(4)
+    A = torch.randn(M, K, generator=g).half()
+    B = torch.randint(0, 256, (N, K // 2), generator=g, dtype=torch.uint8)
+    S = (torch.rand(N, generator=g) * 0.1 + 0.01).half()
+
+    @tilelang.jit(out_idx=[-1])
+    def prog(M, N, K):
+        return _scale_first(M, N, K)
+
+    (C,) = emulate(prog, (M, N, K), {}, [A, B, S], arch="sm_90a", pass_configs=ON)
+    q = torch.stack([B & 0xF, B >> 4], dim=-1).reshape(N, K).to(torch.int32) - 8
+    ref = A.double() @ (q.double() * S.double()[:, None]).T
+    torch.testing.assert_close(C.double(), ref, rtol=2e-3, atol=2e-3 * ref.abs().max().item())

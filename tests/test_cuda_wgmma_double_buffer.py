@@ -86,3 +86,41 @@ def test_the_key_leaves_the_decode_tiles_and_two_stage_loops_alone_and_is_off_by
     f = _lowered(two, ON)
     assert any("num_stages=2" in n for n in _wgmma_notes(f)) and "tl::wgmma_drain<" not in f.script()
     assert not any("double" in n for n in read_notes(f))
+
+
+def _clear_each_step(M, N, K, block_M=128, block_N=64, block_K=64, stages=3, dtype="float16"):
+    """A nest writing the gemm's B tile, and a gemm that clears its accumulator every k-step (clear_accum)."""
+    import tilelang_core.language as T
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((N, K), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=256) as (bx, by):
+            A_s = T.alloc_shared((block_M, block_K), dtype)
+            B_in = T.alloc_shared((block_N, block_K), dtype)
+            B_s = T.alloc_shared((block_N, block_K), dtype)
+            C_l = T.alloc_fragment((block_M, block_N), "float32")
+            T.clear(C_l)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=stages):
+                T.copy(A[by * block_M, k * block_K], A_s)
+                T.copy(B[bx * block_N, k * block_K], B_in)
+                for i, j in T.Parallel(block_N, block_K):
+                    B_s[i, j] = B_in[i, j] * T.cast(2.0, dtype)
+                T.gemm(A_s, B_s, C_l, transpose_B=True, clear_accum=True)
+            T.copy(C_l, C[by * block_M, bx * block_N])
+
+    return main
+
+
+def test_a_loop_the_key_qualifies_but_the_gemm_refuses_keeps_one_tile_and_stays_correct():
+    # the nests qualify for two copies, then clear_accum keeps wait_group 0: the tile must keep its one allocation
+    # (its accesses are not given a copy index), with the gemm's own reason in the note
+    M, N, K = 128, 64, 256
+    func = _clear_each_step(M, N, K)
+    f = _lowered(func, ON)
+    assert any("clear_accum=True" in n for n in _wgmma_notes(f)) and "tl::wgmma_drain<" not in f.script()
+    g = torch.Generator().manual_seed(2)
+    A, B = torch.randn(M, K, generator=g).half(), torch.randn(N, K, generator=g).half()
+    out = torch.full((M, N), float("nan"), dtype=torch.float16)
+    Emulator(func, "sm_90a", ON).run([A, B, out])
+    ref = A[:, -64:].double() @ (2 * B[:, -64:].double()).T  # only the last k-step survives clear_accum
+    assert is_close_fraction(out, ref, 2e-2, 2e-2) == 0.0, (out.double() - ref).abs().max()

@@ -153,7 +153,7 @@ def _factor(loop: Any, before: list[Any], written: list[Any], uses: dict[Any, in
         ana.bind(v, tvm.ir.Range.from_min_extent(0, e))
     where = f"{at_line(gemm)}T.gemm {ops['M']}x{ops['N']}x{ops['K']}: "
     loop_writes = accesses(loop.body)[1]
-    for factor in (got.value.b, got.value.a):
+    for side, factor in (("b", got.value.b), ("a", got.value.a)):
         if not _loads_of(factor):
             continue
         src = factor.source
@@ -168,10 +168,11 @@ def _factor(loop: Any, before: list[Any], written: list[Any], uses: dict[Any, in
             return None
         if any(loads_in(i) for i in idx):
             return None
-        real = store.value
-        if not (isinstance(real, tirx.Mul) and any(_loads_of(x) and x.source.same_as(src) for x in (real.a, real.b))):
+        real = store.value  # the store as written: its operand on the factor's side must be that very load
+        gone = getattr(real, side, None) if isinstance(real, tirx.Mul) else None
+        if not (_loads_of(gone) and gone.source.same_as(src)):
             return None
-        kept = real.a if _loads_of(real.b) and real.b.source.same_as(src) else real.b
+        kept = real.a if side == "b" else real.b
         why = _acc_problem(loop, before, c.buffer, gemm, ops) or (
             None if has_buffer(fused, b) else f"{b.name} stays a shared tile (the fragment fusion does not take this "
             "T.gemm), where the decode runs once per block and the multiply costs little")

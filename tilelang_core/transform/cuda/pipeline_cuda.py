@@ -652,6 +652,7 @@ class PipelineCUDA(Rewriter):
         c = ops["c"].buffer
         if c not in self.locals:
             return keep("the accumulator has no register array")
+        self.remap.update(self.doubled)  # the written tiles' two copies replace their allocations
         return self.locals[c], self.layouts[c].num_regs
 
 
@@ -697,8 +698,7 @@ class PipelineCUDA(Rewriter):
                     f"({extra // 1024} KB) does not fit the block's shared memory beside the loop's "
                     f"{have // 1024} KB")
         self.doubled = {b: tirx.decl_buffer([2, *[int(x) for x in b.shape]], str(b.dtype), b.name, scope=b.scope())
-                        for b in written}
-        self.remap.update(self.doubled)
+                        for b in written}  # allocated (self.remap) only when the group does stay in flight
         return None
 
     def _loop_smem_bytes(self) -> int:
