@@ -68,6 +68,7 @@ class PassConfigKey:
     TL_CUDA_FACTOR_SCALE = "tl.cuda.factor_scale"
     TL_CUDA_SWIZZLE_PACKED_TILES = "tl.cuda.swizzle_packed_tiles"
     TL_CUDA_WGMMA_DOUBLE_BUFFER = "tl.cuda.wgmma_double_buffer"
+    TL_CUDA_ACCUMULATOR_SETS = "tl.cuda.accumulator_sets"
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,11 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "the mma tiles are, and each lane reads its run 16 bytes at a time, so a warp's eight rows at one column "
            "spread over the banks instead of conflicting (transform/cuda/dequant_fragments_cuda.py); off: correct but "
            "0.69-1.04x on the H200 (the decode loop is issue-bound, not shared-memory-bound)"),
+    Option(K.TL_CUDA_ACCUMULATOR_SETS, "int", 1, "CUDA, with tl.cuda.dequant_fragments: the k-steps of a fused "
+           "T.gemm in its K loop take turns over this many float32 accumulator sets (per thread registers; the extra "
+           "sets zeroed before the loop and added into the accumulator right after it), so a decode tile with few "
+           "mma.sync accumulators per warp has that many more independent chains (transform/cuda/"
+           "dequant_fragments_cuda.py); 1: one set (the program's own accumulator)", choices=(1, 2, 4), minimum=1),
     Option(K.TL_CUDA_WGMMA_DOUBLE_BUFFER, "bool", False, "CUDA sm_90a, with tl.cuda.wgmma_pipeline: a T.Pipelined "
            "loop whose body is its loads, T.Parallel nests writing shared tiles and one wgmma T.gemm reading those "
            "tiles (the dequantised prefill's decode into a shared B tile) gets each written tile twice, alternating "

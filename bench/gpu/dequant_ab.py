@@ -1,10 +1,11 @@
-"""Benchmark: one ``pass_configs`` key off and on, the dequantising GEMM variants timed in alternation.
+"""Benchmark: one ``pass_configs`` key at two values (off and on), the dequantising GEMM variants in alternation.
 
 ``python bench/gpu/dequant_ab.py --key tl.cuda.factor_scale [--only example_bk256 int8] [--rounds 3]`` on the H200
-(PYTHONPATH = the repo and TVM). For each variant, shape and tile: both kernels compiled in-process by the JIT with
-the general lowering (``tl.cuda.fuse_dequant`` off, so the recogniser does not take the example), checked against
-torch, then timed ``--rounds`` times each in alternation (off, on, off, on ...) with the clean-L2 timer; the line
-gives the medians, the ratio on/off and both against fp16 cuBLAS (``a @ w.T``) measured in the same run, do_bench
+(``--values 1 2`` for a key that is not a switch, e.g. ``tl.cuda.accumulator_sets``; PYTHONPATH = the repo and
+TVM). For each variant, shape and tile: both kernels compiled in-process by the JIT with the general lowering
+(``tl.cuda.fuse_dequant`` off, so the recogniser does not take the example), checked against torch, then timed
+``--rounds`` times each in alternation (off, on, off, on ...) with the clean-L2 timer; the line gives the medians,
+the ratio on/off and both against fp16 cuBLAS (``a @ w.T``) measured in the same run, do_bench
 beside. The recogniser's own kernel (defaults) is timed once per shape as the figure to keep or beat.
 """
 
@@ -33,14 +34,18 @@ def main() -> None:
     ap.add_argument("--only", nargs="+", default=["example_bk256", "bf16", "hi_first", "int8"])
     ap.add_argument("--shapes", nargs="+", default=["16x8192x8192", "128x8192x28672"])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--values", nargs=2, default=["False", "True"], metavar=("OFF", "ON"),
+                    help="the key's two values (Python literals; e.g. 1 2 for tl.cuda.accumulator_sets)")
     ap.add_argument("--pass-config", action="append", default=[], help="KEY=VALUE for both sides")
     ap.add_argument("--tiles", nargs="+", help="block_N x block_K x num_stages x threads (default: the lists above)")
     args = ap.parse_args()
     base = {"tl.cuda.fuse_dequant": False}
+    values = [ast.literal_eval(x) for x in args.values]
     for kv in args.pass_config:
         k, v = kv.split("=", 1)
         base[k] = ast.literal_eval(v)
-    print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, key {args.key}, base {base}", flush=True)
+    print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, key {args.key} {values[0]!r} against "
+          f"{values[1]!r}, base {base}", flush=True)
     for shape in args.shapes:
         M, N, K = (int(x) for x in shape.split("x"))
         a = torch.randn(M, K, device="cuda", dtype=torch.float16)
@@ -64,7 +69,7 @@ def main() -> None:
                 tile = {"block_M": bm, "block_N": bn, "block_K": bk, "num_stages": st, "threads": th}
                 tag = f"{name:14} {bm}x{bn}x{bk} s{st} t{th}"
                 try:
-                    ks = [dv.compile_variant(v, M, N, K, {**base, args.key: on}, tile=tile) for on in (False, True)]
+                    ks = [dv.compile_variant(v, M, N, K, {**base, args.key: on}, tile=tile) for on in values]
                     errs = [((k(*inputs).double() - ref).abs().max() / ref.abs().max()).item() for k in ks]
                 except Exception as e:  # noqa: BLE001 (a tile that does not compile is a row of the table)
                     print(f"  {tag}: FAILED {type(e).__name__}: {str(e).splitlines()[0][:160]}", flush=True)

@@ -108,7 +108,8 @@ def cuda_passes(arch: str = "sm_90", options: Any = None) -> list[tuple[str, Any
         ("tl.DequantFragmentsCUDA", lambda f: dequant_fragments_cuda(
             f, bool(opts[PassConfigKey.TL_CUDA_DEQUANT_FRAGMENTS_DIRECT]),
             bool(opts[PassConfigKey.TL_CUDA_DEQUANT_FRAGMENT_TABLES]),
-            bool(opts[PassConfigKey.TL_CUDA_SWIZZLE_PACKED_TILES])) if fragments else f),
+            bool(opts[PassConfigKey.TL_CUDA_SWIZZLE_PACKED_TILES]),
+            int(opts[PassConfigKey.TL_CUDA_ACCUMULATOR_SETS])) if fragments else f),
         ("tl.PipelineCUDA", lambda f: pipeline_cuda(f, opts, arch)),
         ("tl.HoistInvariantReadsCUDA",
          lambda f: hoist_invariant_reads_cuda(f, bool(opts[PassConfigKey.TL_CUDA_HOIST_INVARIANT_READS]))),

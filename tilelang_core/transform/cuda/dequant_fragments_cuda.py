@@ -78,6 +78,7 @@ from .common import (
 from .fragment_pairs import pair_value
 from .fragment_tables import table_pair
 from .layouts import dtype_bytes, packed_swizzle_code
+from .split_k_cuda import accesses, gemm_stmts, has_buffer, tile_ops, touches_outside_tile_ops
 
 PURE_OPS = {"tirx.if_then_else", "prim.if_then_else", "tirx.shift_left", "tirx.shift_right", "tirx.bitwise_and",
             "tirx.bitwise_or", "tirx.bitwise_xor", "tirx.bitwise_not", "tirx.reinterpret", "tirx.exp", "tirx.exp2",
@@ -211,9 +212,12 @@ class DequantFragmentsCUDA(Rewriter):
     pass_name = "tl.DequantFragmentsCUDA"
 
     def __init__(self, func: tirx.PrimFunc, direct: bool = False, tables: bool = False,
-                 swizzle_packed: bool = False) -> None:
+                 swizzle_packed: bool = False, sets: int = 1) -> None:
         super().__init__()
         self.direct = direct
+        self.sets = sets  # tl.cuda.accumulator_sets: the k-steps of a fused gemm take turns over this many sets
+        self.set_ok: list[list[Any]] = []  # per enclosing serial loop: the accumulators only its one gemm touches
+        self.pending: list[tuple[Any, list[Any], int]] = []  # (accumulator, its extra sets, registers) to zero / fold
         self.swizzle_packed = swizzle_packed  # tl.cuda.swizzle_packed_tiles: staged tiles swizzled, 16-byte reads
         self.staged_shared: list[tuple[Any, int]] = []  # (shared tile, bytes of a lane's run) read by tl::lds16
         self.tables = tables  # tl.cuda.dequant_fragment_tables: nibble-indexed decodes looked up (fragment_tables)
@@ -250,6 +254,55 @@ class DequantFragmentsCUDA(Rewriter):
     def _no(self, why: str) -> None:
         self.reason = why
         return None
+
+    def visit_For(self, s: Any) -> Any:  # noqa: N802
+        """A serial loop whose fused gemm takes accumulator sets (tl.cuda.accumulator_sets) comes out as: the extra
+        sets allocated and zeroed, the loop, each set added into the accumulator (right after the loop, before any
+        statement that reads the sums: a split-K reduction, a scale, the epilogue)."""
+        if self.sets <= 1 or s.thread_binding is not None or PARALLEL_ATTR in s.annotations:
+            return super().visit_For(s)
+        self.set_ok.append(_sole_gemm_accumulators(s))
+        n0 = len(self.pending)
+        out = super().visit_For(s)
+        self.set_ok.pop()
+        mine, self.pending = self.pending[n0:], self.pending[:n0]
+        if not mine:
+            return out
+        pre: list[Any] = []
+        post: list[Any] = []
+        for acc, bufs, regs in mine:
+            for b in bufs:
+                pre.append(tirx.AllocBuffer(b))
+                pre += [tirx.BufferStore(b, tirx.const(0.0, "float32"), [tirx.IntImm("int32", r)]) for r in range(regs)]
+            for r in range(regs):
+                at = [tirx.IntImm("int32", r)]
+                total = tirx.BufferLoad(acc, at)
+                for b in bufs:
+                    total = tirx.Add(total, tirx.BufferLoad(b, at))
+                post.append(tirx.BufferStore(acc, total, at))
+        return tirx.SeqStmt([*pre, out, *post], span=s.span)
+
+    def accumulator_sets(self, gemm: Any, ops: dict[str, Any], lay: Any, acc: Any) -> list[Any]:
+        """The extra accumulator sets of this fused gemm (empty: the k-steps all add into ``acc``), with a note
+        either way when the option asks for more than one."""
+        if self.sets <= 1:
+            return []
+        where = f"{at_line(gemm)}T.gemm {ops['M']}x{ops['N']}x{ops['K']}: "
+        steps = ops["K"] // 16
+        why = ("the T.gemm has clear_accum=True (each k-step would have to clear every set)" if ops["clear"] else
+               "it is not inside a serial loop" if not self.set_ok else
+               f"the loop reads or writes {ops['c'].buffer.name} other than as this T.gemm's destination"
+               if not has_buffer(self.set_ok[-1], ops["c"].buffer) else
+               f"the tile has {steps} k-step{'s' if steps != 1 else ''}" if steps < 2 else None)
+        if why:
+            self.notes.append(f"{where}one accumulator set, not {self.sets} (tl.cuda.accumulator_sets): {why}")
+            return []
+        n = min(self.sets, steps)
+        bufs = [tirx.decl_buffer((lay.num_regs,), "float32", f"dq_acc_set{i}", scope="local") for i in range(1, n)]
+        self.pending.append((acc, bufs, lay.num_regs))
+        self.notes.append(f"{where}its {steps} k-steps take turns over {n} accumulator sets, added into "
+                          f"{ops['c'].buffer.name} after the loop (tl.cuda.accumulator_sets)")
+        return bufs
 
     def try_pair(self, nest: Any, gemm: Any) -> Any:
         """The fragment code for ``nest`` + ``gemm``, or None (then a note when the nest writes the gemm's B)."""
@@ -430,7 +483,8 @@ class DequantFragmentsCUDA(Rewriter):
         swa = self.swizzle.get(a.buffer, 0)
         a_ptr = tirx.address_of(tirx.BufferLoad(a.buffer, list(a.mins)))
         b_ptr = tirx.address_of(tirx.BufferLoad(bfrag, [zero]))
-        c_ptr = tirx.address_of(tirx.BufferLoad(acc, [zero]))
+        c_ptrs = [tirx.address_of(tirx.BufferLoad(x, [zero]))
+                  for x in [acc, *self.accumulator_sets(gemm, ops, lay, acc)]]
         head: list[Any] = []  # direct: every group's staging loads first, so they are all in flight before the mmas
         u = new_var("dq_u")
         d = None  # the pair distance of the k permutation (include/tl/gemm_frag.cuh), chosen on the first group
@@ -483,7 +537,7 @@ class DequantFragmentsCUDA(Rewriter):
                             pre_h, value, _ = elems[ni][run_offset(t, e + h, d)]
                             stmts += pre_h + [tirx.BufferStore(bfrag, value, [tirx.IntImm("int32", ni * 4 + e + h)])]
                 name = f"tl::gemm_rb_step<{M}, {N}, {K}, {lay.warp_m}, {lay.warp_n}, {swa}, {ch}, {kk}, {d}>"
-                stmts.append(extern(name, a_ptr, b_ptr, c_ptr))
+                stmts.append(extern(name, a_ptr, b_ptr, c_ptrs[kk % len(c_ptrs)]))
         self.removed.append(ops["b"].buffer)
         return seq(head + stmts, gemm.span)
 
@@ -599,13 +653,28 @@ class DequantFragmentsCUDA(Rewriter):
         return tirx.if_then_else(and_all(conds), ld, tirx.const(0, dtype_of(ld))) if conds else ld
 
 
+def _sole_gemm_accumulators(loop: Any) -> list[Any]:
+    """The accumulators of ``loop``'s T.gemm statements that nothing else in the loop reads or writes (one gemm
+    each): their sums may be split over sets inside the loop and added up after it."""
+    gemms = gemm_stmts(loop.body)
+    out = []
+    for g in gemms:
+        acc = Region.of(g.value.args[2]).buffer
+        others = [s for s in tile_ops(loop.body) if not s.same_as(g)]
+        if any(has_buffer(accesses(s)[0] + accesses(s)[1], acc) for s in others) or \
+                touches_outside_tile_ops(loop.body, acc):
+            continue
+        out.append(acc)
+    return out
+
+
 def dequant_fragments_cuda(func: tirx.PrimFunc, direct: bool = False, tables: bool = False,
-                           swizzle_packed: bool = False) -> tirx.PrimFunc:
+                           swizzle_packed: bool = False, sets: int = 1) -> tirx.PrimFunc:
     """Run the pass (see the module doc): replaced B tiles lose their allocation; notes say why a pair was not.
     ``direct`` (``tl.cuda.dequant_fragments_direct``): packed tiles that only stage global memory are read from it.
     ``tables`` (``tl.cuda.dequant_fragment_tables``): a decode of one nibble field whose two elements of a register
     no word operation pairs is looked up in its 16-entry table by byte permutes (``fragment_tables.py``)."""
-    pass_ = DequantFragmentsCUDA(func, direct, tables, swizzle_packed)
+    pass_ = DequantFragmentsCUDA(func, direct, tables, swizzle_packed, sets)
     out = pass_.run(func)
     out = add_notes(out, pass_.notes)  # a kernel with no nest-written B tile has nothing to say
     if not pass_.removed:
