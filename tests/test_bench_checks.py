@@ -123,3 +123,17 @@ def test_the_ab_benchs_tiles_take_the_paths_its_keys_act_on():
         func = dv.program(v, 128, 1024, 2048, 128, bn, bk, st, th)
         on = str(codegen.lower(func, None, "sm_90a", {**general, "tl.cuda.wgmma_double_buffer": True})["main"])
         assert "tl::wgmma_gemm_ss<" in on and ("tl::wgmma_drain<" in on) == (st >= 3), (bn, bk, st, th)
+
+
+def test_the_repeat_benchs_configs_parse_into_a_tile_and_validated_pass_configs():
+    """bench/gpu/gemm_repeat.py's ``--configs`` entries: a tile and ``;``-separated pass_configs (tuples included),
+    each a key the compiler accepts; an entry without five tile numbers stops with its text."""
+    gemm_repeat = pytest.importorskip("gemm_repeat")
+    from tilelang_core.pass_config import resolve
+
+    tile, pcs = gemm_repeat.parse_config("128x256x64x4x256;tl.cuda.cluster=(1,2,1);tl.disable_warp_specialized=True")
+    assert tile == (128, 256, 64, 4, 256)
+    assert pcs == {"tl.cuda.cluster": (1, 2, 1), "tl.disable_warp_specialized": True}
+    assert resolve(pcs)["tl.cuda.cluster"] == (1, 2, 1)
+    with pytest.raises(SystemExit, match="128x256x64"):
+        gemm_repeat.parse_config("128x256x64")

@@ -243,7 +243,8 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "T.gemm in its K loop take turns over this many float32 accumulator sets (per thread registers; the extra "
            "sets zeroed before the loop and added into the accumulator right after it), so a decode tile with few "
            "mma.sync accumulators per warp has that many more independent chains (transform/cuda/"
-           "dequant_fragments_cuda.py); 1: one set (the program's own accumulator)", choices=(1, 2, 4), minimum=1),
+           "dequant_fragments_cuda.py); 1: one set (the program's own accumulator): 2 sets measured 0.92-1.01x on the "
+           "H200 (the decode loop is issue-bound, not mma-latency-bound)", choices=(1, 2, 4), minimum=1),
     Option(K.TL_CUDA_WGMMA_DOUBLE_BUFFER, "bool", False, "CUDA sm_90a, with tl.cuda.wgmma_pipeline: a T.Pipelined "
            "loop whose body is its loads, T.Parallel nests writing shared tiles and one wgmma T.gemm reading those "
            "tiles (the dequantised prefill's decode into a shared B tile) gets each written tile twice, alternating "
