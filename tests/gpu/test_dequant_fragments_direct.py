@@ -2,7 +2,7 @@
 on the GPU: every variant of bench/gpu/dequant_variants.py at decode shapes (ragged M and N included) against torch
 and against the fragments kernel that stages the packed tile in shared memory; launches repeated.
 
-Written without a GPU and not yet run on one (the CUDA side is checked by tests/test_cuda_dequant_fragments_direct.py:
+The CUDA side is also checked without a GPU (tests/test_cuda_dequant_fragments_direct.py:
 the CUDA emulator and nvcc); run with ``bash bench/gpu/test_suite.sh -k dequant_fragments_direct`` on the GPU host."""
 
 from __future__ import annotations
@@ -34,3 +34,20 @@ def test_dequant_variants_with_weights_from_global_memory_match_torch(v, M, N, K
         assert ((got.double() - ref).abs().max() / ref.abs().max()).item() <= 1e-2
     staged = dv.compile_variant(v, M, N, K, STAGED)(*args)  # the same weights, the same k permutation
     assert ((got.double() - staged.double()).abs().max() / ref.abs().max()).item() <= 1e-3
+
+
+@pytest.mark.parametrize("threads", [128, 256])
+@pytest.mark.parametrize("M,N,K", [(16, 8192, 8192), (7, 1000, 3328)], ids=["decode", "ragged-odd-tiles"])
+@pytest.mark.parametrize("v", dv.VARIANTS, ids=[v.name for v in dv.VARIANTS])
+def test_the_register_ring_with_the_scale_after_the_loop_matches_torch(v, M, N, K, threads):
+    # 16x128x256 tiles (the recogniser's best decode tile on 256 threads); K = 3328 is 13 K tiles: an odd count,
+    # so the ring ends on its first slot (and split-K shares, where the compiler splits, get odd counts too)
+    tile = {**dv.tiles(M, v), "block_N": 128, "block_K": 256, "num_stages": 4, "threads": threads}
+    kernel = dv.compile_variant(v, M, N, K, {**DIRECT, "tl.cuda.factor_scale": True}, tile=tile)
+    src = kernel.get_kernel_source()
+    assert "tl::ldg_cs16(" in src and "_r1_ptr" in src, kernel.notes
+    args = dv.inputs(v, M, N, K)
+    ref = dv.reference(v, args[0], *args[1:])
+    for _ in range(3):
+        got = kernel(*args)
+        assert ((got.double() - ref).abs().max() / ref.abs().max()).item() <= 1e-2

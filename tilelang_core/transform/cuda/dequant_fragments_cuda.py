@@ -56,7 +56,7 @@ from ...language._ir import dtype_of
 from ...language.loops import PARALLEL_ATTR
 from ..common.notes import add_notes, at_line
 from ..common.regions import Region, in_bounds_conds, is_global
-from ..common.rewriter import Rewriter, and_all, const_int, new_var, seq, tile_op_name
+from ..common.rewriter import Rewriter, and_all, const_int, new_var, seq, tile_op_name, with_span
 from .common import (
     ATTR_SWIZZLE,
     buffers_touched,
@@ -216,8 +216,10 @@ class DequantFragmentsCUDA(Rewriter):
         super().__init__()
         self.direct = direct
         self.sets = sets  # tl.cuda.accumulator_sets: the k-steps of a fused gemm take turns over this many sets
-        self.set_ok: list[list[Any]] = []  # per enclosing serial loop: the accumulators only its one gemm touches
-        self.pending: list[tuple[Any, list[Any], int]] = []  # (accumulator, its extra sets, registers) to zero / fold
+        # the enclosing serial loops, innermost last: (loop, the accumulators only its one gemm touches)
+        self.serial: list[tuple[Any, list[Any]]] = []
+        self.around: list[tuple[Any, list[Any], list[Any]]] = []  # (loop, statements before it, statements after it)
+        self.ldg: list[tuple[Any, Any, int, Any, list[Any], Any]] = []  # this gemm's (stmt, arr, at, src, idx, pred)
         self.swizzle_packed = swizzle_packed  # tl.cuda.swizzle_packed_tiles: staged tiles swizzled, 16-byte reads
         self.staged_shared: list[tuple[Any, int]] = []  # (shared tile, bytes of a lane's run) read by tl::lds16
         self.tables = tables  # tl.cuda.dequant_fragment_tables: nibble-indexed decodes looked up (fragment_tables)
@@ -256,30 +258,22 @@ class DequantFragmentsCUDA(Rewriter):
         return None
 
     def visit_For(self, s: Any) -> Any:  # noqa: N802
-        """A serial loop whose fused gemm takes accumulator sets (tl.cuda.accumulator_sets) comes out as: the extra
-        sets allocated and zeroed, the loop, each set added into the accumulator (right after the loop, before any
-        statement that reads the sums: a split-K reduction, a scale, the epilogue)."""
-        if self.sets <= 1 or s.thread_binding is not None or PARALLEL_ATTR in s.annotations:
-            return super().visit_For(s)
-        self.set_ok.append(_sole_gemm_accumulators(s))
-        n0 = len(self.pending)
+        """A serial loop comes out with what its fused gemms put around it: the extra accumulator sets allocated and
+        zeroed before it and added into the accumulator right after it (tl.cuda.accumulator_sets: before any
+        statement that reads the sums, a split-K reduction, a scale, the epilogue), the register ring's slots and
+        first loads before it (tl.cuda.dequant_fragments_direct)."""
+        serial = s.thread_binding is None and PARALLEL_ATTR not in s.annotations
+        if serial:
+            self.serial.append((s, _sole_gemm_accumulators(s) if self.sets > 1 else []))
         out = super().visit_For(s)
-        self.set_ok.pop()
-        mine, self.pending = self.pending[n0:], self.pending[:n0]
+        if serial:
+            self.serial.pop()
+        mine = [x for x in self.around if x[0].same_as(s)]
         if not mine:
             return out
-        pre: list[Any] = []
-        post: list[Any] = []
-        for acc, bufs, regs in mine:
-            for b in bufs:
-                pre.append(tirx.AllocBuffer(b))
-                pre += [tirx.BufferStore(b, tirx.const(0.0, "float32"), [tirx.IntImm("int32", r)]) for r in range(regs)]
-            for r in range(regs):
-                at = [tirx.IntImm("int32", r)]
-                total = tirx.BufferLoad(acc, at)
-                for b in bufs:
-                    total = tirx.Add(total, tirx.BufferLoad(b, at))
-                post.append(tirx.BufferStore(acc, total, at))
+        self.around = [x for x in self.around if not x[0].same_as(s)]
+        pre = [st for _, p, _ in mine for st in p]
+        post = [st for _, _, q in mine for st in q]
         return tirx.SeqStmt([*pre, out, *post], span=s.span)
 
     def accumulator_sets(self, gemm: Any, ops: dict[str, Any], lay: Any, acc: Any) -> list[Any]:
@@ -290,16 +284,26 @@ class DequantFragmentsCUDA(Rewriter):
         where = f"{at_line(gemm)}T.gemm {ops['M']}x{ops['N']}x{ops['K']}: "
         steps = ops["K"] // 16
         why = ("the T.gemm has clear_accum=True (each k-step would have to clear every set)" if ops["clear"] else
-               "it is not inside a serial loop" if not self.set_ok else
+               "it is not inside a serial loop" if not self.serial else
                f"the loop reads or writes {ops['c'].buffer.name} other than as this T.gemm's destination"
-               if not has_buffer(self.set_ok[-1], ops["c"].buffer) else
+               if not has_buffer(self.serial[-1][1], ops["c"].buffer) else
                f"the tile has {steps} k-step{'s' if steps != 1 else ''}" if steps < 2 else None)
         if why:
             self.notes.append(f"{where}one accumulator set, not {self.sets} (tl.cuda.accumulator_sets): {why}")
             return []
         n = min(self.sets, steps)
         bufs = [tirx.decl_buffer((lay.num_regs,), "float32", f"dq_acc_set{i}", scope="local") for i in range(1, n)]
-        self.pending.append((acc, bufs, lay.num_regs))
+        zero = tirx.const(0.0, "float32")
+        pre = [st for b in bufs for st in [tirx.AllocBuffer(b)] + [tirx.BufferStore(b, zero, [tirx.IntImm("int32", r)])
+                                                                  for r in range(lay.num_regs)]]
+        post = []
+        for r in range(lay.num_regs):
+            at = [tirx.IntImm("int32", r)]
+            total = tirx.BufferLoad(acc, at)
+            for b in bufs:
+                total = tirx.Add(total, tirx.BufferLoad(b, at))
+            post.append(tirx.BufferStore(acc, total, at))
+        self.around.append((self.serial[-1][0], pre, post))
         self.notes.append(f"{where}its {steps} k-steps take turns over {n} accumulator sets, added into "
                           f"{ops['c'].buffer.name} after the loop (tl.cuda.accumulator_sets)")
         return bufs
@@ -442,9 +446,10 @@ class DequantFragmentsCUDA(Rewriter):
         """``tl::ldg_cs16``: 16 bytes of ``src`` from ``idx`` into ``arr[at:]``, one evict-first 128-bit global load
         (zeros where the chunk is outside the tensor, as the T.copy's zero fill: it is wholly in or out)."""
         conds = in_bounds_conds(src, idx, self.ana)
-        pred = tirx.Cast("int32", and_all(conds)) if conds else tirx.IntImm("int32", 1)
-        return extern("tl::ldg_cs16", tirx.address_of(tirx.BufferLoad(arr, [tirx.IntImm("int32", at)])),
-                      tirx.address_of(tirx.BufferLoad(src, idx)), pred)
+        pred = and_all(conds) if conds else None
+        st = _ldg_cs16(arr, at, src, idx, pred)
+        self.ldg.append((st, arr, at, src, idx, pred))
+        return st
 
     def vector_load(self, arr: Any, src: Any, idx: list[Any], dst: Any, lanes: int) -> Any:
         """``arr[dst] = src[idx]`` (``lanes`` wide); from a global tensor bounds-guarded as the T.copy was (zeros
@@ -486,6 +491,7 @@ class DequantFragmentsCUDA(Rewriter):
         c_ptrs = [tirx.address_of(tirx.BufferLoad(x, [zero]))
                   for x in [acc, *self.accumulator_sets(gemm, ops, lay, acc)]]
         head: list[Any] = []  # direct: every group's staging loads first, so they are all in flight before the mmas
+        self.ldg = []
         u = new_var("dq_u")
         d = None  # the pair distance of the k permutation (include/tl/gemm_frag.cuh), chosen on the first group
         table_note = False  # tl.cuda.dequant_fragment_tables fell back to elements: said once per gemm
@@ -539,7 +545,60 @@ class DequantFragmentsCUDA(Rewriter):
                 name = f"tl::gemm_rb_step<{M}, {N}, {K}, {lay.warp_m}, {lay.warp_n}, {swa}, {ch}, {kk}, {d}>"
                 stmts.append(extern(name, a_ptr, b_ptr, c_ptrs[kk % len(c_ptrs)]))
         self.removed.append(ops["b"].buffer)
+        if self.ldg:
+            ring = self.ring(head, stmts, gemm)
+            if ring is not None:
+                return with_span(ring, gemm.span)
         return seq(head + stmts, gemm.span)
+
+    def ring(self, head: list[Any], stmts: list[Any], gemm: Any) -> Any:
+        """The direct loads one K tile ahead (tl.cuda.dequant_fragments_direct): two register slots per staged
+        array, allocated before the K loop with the first tile's loads; the loop body, instantiated once per slot
+        (a branch on the iteration's parity, so every register index stays a compile-time constant and no register
+        with a load in flight is copied), first issues the next tile's loads into the other slot (none after the
+        last iteration), then decodes and multiplies from its own. None (the loads stay at the top of the step, with
+        a note) where the gemm is not in a serial loop or the loads' addresses use a variable bound inside it."""
+        where = f"{at_line(gemm)}tl.cuda.dequant_fragments_direct: "
+        if not self.serial:
+            self.notes.append(f"{where}the T.gemm is not inside a serial loop: its weights load at each step, with "
+                              "no register ring")
+            return None
+        loop = self.serial[-1][0]
+        k, end = loop.loop_var, self.ana.simplify(loop.min + loop.extent)
+        inner = _bound_inside(loop.body)
+        if any(mentions(e, v) for _, _, _, _, idx, pred in self.ldg for e in [*idx, *([pred] if pred is not None
+                                                                                          else [])] for v in inner):
+            self.notes.append(f"{where}a weight address uses a variable bound inside the K loop: its weights load "
+                              "at each step, with no register ring")
+            return None
+        arrs: list[Any] = []
+        for _, arr, *_rest in self.ldg:
+            if not any(arr.same_as(x) for x in arrs):
+                arrs.append(arr)
+        slots = [[tirx.decl_buffer(a.shape, a.dtype, f"{a.name}_r{r}", scope="local") for a in arrs] for r in (0, 1)]
+        ldg_stmts = [e[0] for e in self.ldg]
+        rest = [st for st in head if not any(st.same_as(x) for x in ldg_stmts)
+                and not (isinstance(st, tirx.AllocBuffer) and any(st.buffer.same_as(a) for a in arrs))]
+
+        def loads(slot: int, at_k: Any, cond: Any) -> list[Any]:
+            out = []
+            for _, arr, at, src, idx, pred in self.ldg:
+                dst = slots[slot][next(i for i, a in enumerate(arrs) if a.same_as(arr))]
+                p = [substitute(pred, {k: at_k})] if pred is not None else []
+                out.append(_ldg_cs16(dst, at, src, [self.ana.simplify(substitute(i, {k: at_k})) for i in idx],
+                                     and_all(p + [cond])))
+            return out
+
+        def body(cur: int) -> Any:
+            nxt = k + 1
+            swapped = _swap_buffers(seq(rest + stmts), dict(zip(arrs, slots[cur])))
+            return seq(loads(1 - cur, nxt, tirx.LT(nxt, end)) + [swapped])
+
+        first = loads(0, loop.min, tirx.GT(loop.extent, 0))
+        self.around.append((loop, [tirx.AllocBuffer(b) for sl in slots for b in sl] + first, []))
+        self.notes.append(f"{where}the weights of the next K tile load into registers during this one (a ring of "
+                          f"2 slots of {len(arrs)} arrays)")
+        return tirx.IfThenElse(tirx.EQ(tirx.floormod(k - loop.min, 2), 0), body(0), body(1))
 
     def paired(self, elems: list[tuple[list[Any], Any, Any]], t: int, e: int, d: int, tables: bool = True) -> Any:
         """Elements ``e`` and ``e + 1`` of step ``t`` as one two-lane value: one word operation (fragment_pairs.py),
@@ -651,6 +710,55 @@ class DequantFragmentsCUDA(Rewriter):
             return ld
         conds = in_bounds_conds(ld.source, list(ld.indices), self.ana)
         return tirx.if_then_else(and_all(conds), ld, tirx.const(0, dtype_of(ld))) if conds else ld
+
+
+def _ldg_cs16(arr: Any, at: int, src: Any, idx: list[Any], pred: Any) -> Any:
+    """``tl::ldg_cs16(&arr[at], &src[idx], pred)`` (pred None: always)."""
+    p = tirx.Cast("int32", pred) if pred is not None else tirx.IntImm("int32", 1)
+    return extern("tl::ldg_cs16", tirx.address_of(tirx.BufferLoad(arr, [tirx.IntImm("int32", at)])),
+                  tirx.address_of(tirx.BufferLoad(src, idx)), p)
+
+
+def _swap_buffers(node: Any, bmap: dict[Any, Any]) -> Any:
+    """``node`` with every load, store and allocation of a key of ``bmap`` on its value instead."""
+    def pick(b: Any) -> Any:
+        return next((v for k, v in bmap.items() if k.same_as(b)), None)
+
+    def load(ld: Any) -> Any:
+        b = pick(ld.source)
+        return ld if b is None else tirx.BufferLoad(b, list(ld.indices))
+
+    def store(st: Any) -> Any:
+        b = pick(st.buffer)
+        return st if b is None else tirx.BufferStore(b, st.value, list(st.indices), span=st.span)
+
+    def alloc(st: Any) -> Any:
+        b = pick(st.buffer)
+        return st if b is None else tirx.AllocBuffer(b)
+
+    return tvm_ffi.structural_map(node, [(tvm.ir.TensorLoad, load), (tirx.BufferStore, store),
+                                         (tirx.AllocBuffer, alloc)])
+
+
+def _bound_inside(node: Any) -> list[Any]:
+    """The variables a loop or binding inside ``node`` defines."""
+    found: list[Any] = []
+
+    def loop(f: Any) -> Any:
+        found.append(f.loop_var)
+        return f
+
+    def bind(b: Any) -> Any:
+        found.append(b.var)
+        return b
+
+    maps: list[Any] = [(tirx.For, loop)]
+    if hasattr(tirx, "Bind"):
+        maps.append((tirx.Bind, bind))
+    if hasattr(tirx, "LetStmt"):
+        maps.append((tirx.LetStmt, bind))
+    tvm_ffi.structural_map(node, maps)
+    return found
 
 
 def _sole_gemm_accumulators(loop: Any) -> list[Any]:
