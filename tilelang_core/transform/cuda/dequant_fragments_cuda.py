@@ -555,10 +555,11 @@ class DequantFragmentsCUDA(Rewriter):
         """The direct loads one K tile ahead (tl.cuda.dequant_fragments_direct): two register slots per staged
         array, allocated before the K loop with the first tile's loads; the loop body, instantiated once per slot
         (a branch on the iteration's parity, so every register index stays a compile-time constant and no register
-        with a load in flight is copied), first issues the next tile's loads into the other slot (under a branch:
-        none after the last iteration), then decodes and multiplies from its own. None (the loads stay at the top of
-        the step, with a note) where the gemm is not in a serial loop or the loads' addresses use a variable bound
-        inside it."""
+        with a load in flight is copied), first issues the next tile's loads into the other slot (none after the
+        last iteration), then decodes and multiplies from its own. (ptxas schedules these predicated loads late in
+        the body, after most of its mmas; forcing them first — volatile PTX under a branch of their own — measured
+        slower on the H200, 0.81-0.86x: BENCHMARKS.md, 2026-12-04.) None (the loads stay at the top of the step, with
+        a note) where the gemm is not in a serial loop or the loads' addresses use a variable bound inside it."""
         where = f"{at_line(gemm)}tl.cuda.dequant_fragments_direct: "
         if not self.serial:
             self.notes.append(f"{where}the T.gemm is not inside a serial loop: its weights load at each step, with "
@@ -581,30 +582,25 @@ class DequantFragmentsCUDA(Rewriter):
         rest = [st for st in head if not any(st.same_as(x) for x in ldg_stmts)
                 and not (isinstance(st, tirx.AllocBuffer) and any(st.buffer.same_as(a) for a in arrs))]
 
-        def loads(slot: int, at_k: Any, cond: Any | None) -> list[Any]:
+        def loads(slot: int, at_k: Any, cond: Any) -> list[Any]:
             out = []
             for _, arr, at, src, idx, pred in self.ldg:
                 dst = slots[slot][next(i for i, a in enumerate(arrs) if a.same_as(arr))]
                 p = [substitute(pred, {k: at_k})] if pred is not None else []
-                p += [cond] if cond is not None else []
                 out.append(_ldg_cs16(dst, at, src, [self.ana.simplify(substitute(i, {k: at_k})) for i in idx],
-                                     and_all(p) if p else None))
+                                     and_all(p + [cond])))
             return out
 
         def body(cur: int) -> Any:
-            return _swap_buffers(seq(rest + stmts), dict(zip(arrs, slots[cur])))
+            nxt = k + 1
+            swapped = _swap_buffers(seq(rest + stmts), dict(zip(arrs, slots[cur])))
+            return seq(loads(1 - cur, nxt, tirx.LT(nxt, end)) + [swapped])
 
         first = loads(0, loop.min, tirx.GT(loop.extent, 0))
         self.around.append((loop, [tirx.AllocBuffer(b) for sl in slots for b in sl] + first, []))
         self.notes.append(f"{where}the weights of the next K tile load into registers during this one (a ring of "
                           f"2 slots of {len(arrs)} arrays)")
-        even = tirx.EQ(tirx.floormod(k - loop.min, 2), 0)
-        nxt = k + 1
-        # the next tile's loads under a branch of their own (not a predicate): ptxas sinks predicated loads whose
-        # registers are read only in the next iteration to the end of the body, after the mmas they should overlap
-        ahead = tirx.IfThenElse(tirx.LT(nxt, end), tirx.IfThenElse(even, seq(loads(1, nxt, None)),
-                                                                     seq(loads(0, nxt, None))), None)
-        return seq([ahead, tirx.IfThenElse(even, body(0), body(1))])
+        return tirx.IfThenElse(tirx.EQ(tirx.floormod(k - loop.min, 2), 0), body(0), body(1))
 
     def paired(self, elems: list[tuple[list[Any], Any, Any]], t: int, e: int, d: int, tables: bool = True) -> Any:
         """Elements ``e`` and ``e + 1`` of step ``t`` as one two-lane value: one word operation (fragment_pairs.py),

@@ -62,18 +62,11 @@ __device__ __forceinline__ unsigned nib_lut4(unsigned w, unsigned t0, unsigned t
 }
 
 // 16 bytes of a lane's packed run straight from global memory (tl.cuda.dequant_fragments_direct), evict-first
-// (ld.global.nc.cs: the weights are read once), zeros where pred is false (past the tensor, as the T.copy's zero
-// fill). src is 16-byte aligned (the pass proves it); dst is the lane's register array. Volatile inline PTX, so the
-// load stays where the program issues it: the register ring loads the next K tile before this one's mmas, and a
-// plain __ldcs, whose value is used only in the next iteration, was sunk by the compiler to the end of the loop
-// body (after the mmas: no overlap left).
+// (ld.global.cs: the weights are read once), zeros where pred is false (past the tensor, as the T.copy's zero fill).
+// src is 16-byte aligned (the pass proves it); dst is the lane's register array.
 __device__ __forceinline__ void ldg_cs16(void* dst, const void* src, int pred) {
   uint4 v = make_uint4(0u, 0u, 0u, 0u);
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
-      " @p ld.global.nc.cs.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
-      : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
-      : "l"(src), "r"(pred));
+  if (pred) v = __ldcs(reinterpret_cast<const uint4*>(src));
   *reinterpret_cast<uint4*>(dst) = v;
 }
 
