@@ -69,6 +69,7 @@ class PassConfigKey:
     TL_CUDA_SWIZZLE_PACKED_TILES = "tl.cuda.swizzle_packed_tiles"
     TL_CUDA_WGMMA_DOUBLE_BUFFER = "tl.cuda.wgmma_double_buffer"
     TL_CUDA_ACCUMULATOR_SETS = "tl.cuda.accumulator_sets"
+    TL_CUDA_FRAGMENT_A_SWIZZLE = "tl.cuda.fragment_a_swizzle"
 
 
 @dataclass(frozen=True)
@@ -239,6 +240,10 @@ OPTIONS: dict[str, Option] = {o.key: o for o in [
            "the mma tiles are, and each lane reads its run 16 bytes at a time, so a warp's eight rows at one column "
            "spread over the banks instead of conflicting (transform/cuda/dequant_fragments_cuda.py); off: correct but "
            "0.69-1.04x on the H200 (the decode loop is issue-bound, not shared-memory-bound)"),
+    Option(K.TL_CUDA_FRAGMENT_A_SWIZZLE, "bool", False, "CUDA, with tl.cuda.dequant_fragments: the A tile of a fused "
+           "T.gemm whose lanes read it in 16-byte loads of 64-byte runs (block_K of 128 or more) takes a swizzle that "
+           "also moves chunk bit 5 by offset bit 7, so those loads are free of bank conflicts (the XOR swizzle puts "
+           "lanes q and q + 2 on the same banks; transform/cuda/layouts.py:run_swizzle_code); off until measured"),
     Option(K.TL_CUDA_ACCUMULATOR_SETS, "int", 1, "CUDA, with tl.cuda.dequant_fragments: the k-steps of a fused "
            "T.gemm in its K loop take turns over this many float32 accumulator sets (per thread registers; the extra "
            "sets zeroed before the loop and added into the accumulator right after it), so a decode tile with few "

@@ -77,7 +77,7 @@ from .common import (
 )
 from .fragment_pairs import pair_value
 from .fragment_tables import table_pair
-from .layouts import dtype_bytes, packed_swizzle_code
+from .layouts import dtype_bytes, packed_swizzle_code, run_swizzle_code
 from .split_k_cuda import accesses, gemm_stmts, has_buffer, tile_ops, touches_outside_tile_ops
 
 PURE_OPS = {"tirx.if_then_else", "prim.if_then_else", "tirx.shift_left", "tirx.shift_right", "tirx.bitwise_and",
@@ -212,8 +212,10 @@ class DequantFragmentsCUDA(Rewriter):
     pass_name = "tl.DequantFragmentsCUDA"
 
     def __init__(self, func: tirx.PrimFunc, direct: bool = False, tables: bool = False,
-                 swizzle_packed: bool = False, sets: int = 1) -> None:
+                 swizzle_packed: bool = False, sets: int = 1, a_swizzle: bool = False) -> None:
         super().__init__()
+        self.a_swizzle = a_swizzle  # tl.cuda.fragment_a_swizzle: A tiles read in 64-byte runs get run_swizzle_code
+        self.a_swizzled: list[tuple[Any, int]] = []  # (A tile, its new swizzle code)
         self.direct = direct
         self.sets = sets  # tl.cuda.accumulator_sets: the k-steps of a fused gemm take turns over this many sets
         # the enclosing serial loops, innermost last: (loop, the accumulators only its one gemm touches)
@@ -542,6 +544,8 @@ class DequantFragmentsCUDA(Rewriter):
                         for h in (0, 1):
                             pre_h, value, _ = elems[ni][run_offset(t, e + h, d)]
                             stmts += pre_h + [tirx.BufferStore(bfrag, value, [tirx.IntImm("int32", ni * 4 + e + h)])]
+                if kk == 0:
+                    swa = self.run_swizzle(gemm, a.buffer, swa, ch, d)
                 name = f"tl::gemm_rb_step<{M}, {N}, {K}, {lay.warp_m}, {lay.warp_n}, {swa}, {ch}, {kk}, {d}>"
                 stmts.append(extern(name, a_ptr, b_ptr, c_ptrs[kk % len(c_ptrs)]))
         self.removed.append(ops["b"].buffer)
@@ -601,6 +605,22 @@ class DequantFragmentsCUDA(Rewriter):
         self.notes.append(f"{where}the weights of the next K tile load into registers during this one (a ring of "
                           f"2 slots of {len(arrs)} arrays)")
         return tirx.IfThenElse(tirx.EQ(tirx.floormod(k - loop.min, 2), 0), body(0), body(1))
+
+    def run_swizzle(self, gemm: Any, A: Any, swa: int, ch: int, d: int) -> int:
+        """``tl.cuda.fragment_a_swizzle``: the swizzle code the A tile is read with (its new one where it changes)."""
+        if not self.a_swizzle:
+            return swa
+        code = run_swizzle_code(swa) if ch == 32 and d == 4 and 0 < swa < 100 else 0
+        why = ("its lanes do not read it in 16-byte loads of 64-byte runs" if not code else
+               "it is used by statements besides its T.copy and this T.gemm" if self.uses.get(A, 0) != 2 else
+               "another fused gemm reads it" if any(b.same_as(A) for b, _ in self.a_swizzled) else None)
+        if why:
+            self.notes.append(f"{at_line(gemm)}tl.cuda.fragment_a_swizzle: {A.name} keeps its swizzle: {why}")
+            return swa
+        self.a_swizzled.append((A, code))
+        self.notes.append(f"{at_line(gemm)}tl.cuda.fragment_a_swizzle: {A.name} is swizzled for 64-byte lane runs "
+                          "(no bank conflicts on the fragment loads)")
+        return code
 
     def paired(self, elems: list[tuple[list[Any], Any, Any]], t: int, e: int, d: int, tables: bool = True) -> Any:
         """Elements ``e`` and ``e + 1`` of step ``t`` as one two-lane value: one word operation (fragment_pairs.py),
@@ -779,16 +799,20 @@ def _sole_gemm_accumulators(loop: Any) -> list[Any]:
 
 
 def dequant_fragments_cuda(func: tirx.PrimFunc, direct: bool = False, tables: bool = False,
-                           swizzle_packed: bool = False, sets: int = 1) -> tirx.PrimFunc:
+                           swizzle_packed: bool = False, sets: int = 1, a_swizzle: bool = False) -> tirx.PrimFunc:
     """Run the pass (see the module doc): replaced B tiles lose their allocation; notes say why a pair was not.
     ``direct`` (``tl.cuda.dequant_fragments_direct``): packed tiles that only stage global memory are read from it.
     ``tables`` (``tl.cuda.dequant_fragment_tables``): a decode of one nibble field whose two elements of a register
     no word operation pairs is looked up in its 16-entry table by byte permutes (``fragment_tables.py``)."""
-    pass_ = DequantFragmentsCUDA(func, direct, tables, swizzle_packed, sets)
+    pass_ = DequantFragmentsCUDA(func, direct, tables, swizzle_packed, sets, a_swizzle)
     out = pass_.run(func)
     out = add_notes(out, pass_.notes)  # a kernel with no nest-written B tile has nothing to say
     if not pass_.removed:
         return out
+    if pass_.a_swizzled:
+        swz = dict(swizzles_of(out))
+        swz.update(dict(pass_.a_swizzled))
+        out = out.with_attr(ATTR_SWIZZLE, swz)
     if swizzle_packed:
         out = _swizzle_staged(out, pass_)
     gone = pass_.removed

@@ -423,7 +423,23 @@ def packed_swizzle_code(row_bytes: int, rows: int, run_bytes: int) -> int:
 
 
 def is_packed_swizzle(code: int) -> bool:
-    return PACKED_SWIZZLE_BASE <= code < WGMMA_SWIZZLE_BASE
+    return PACKED_SWIZZLE_BASE <= code < RUN_SWIZZLE_BASE
+
+
+RUN_SWIZZLE_BASE = 200  # code of an mma A tile read in 64-byte lane runs: base + the XOR swizzle's row shift
+
+
+def run_swizzle_code(shift: int) -> int:
+    """The swizzle of an A tile that ``tl::gemm_rb_step`` reads in 16-byte loads of 64-byte lane runs (the fragment
+    decode's k permutation with runs of 32 halves): lanes q and q + 2 of a row read 16-byte chunks 128 bytes apart,
+    which the XOR swizzle of ``shift`` (chunk bits 4..6 ^ the row) puts on the same banks. This one also XORs chunk
+    bit 5 with offset bit 7, so the eight lanes of a load phase (two rows, four runs) hit eight different chunks of
+    the banks. Rows of 256 bytes or more (``shift`` >= 8); 0 otherwise."""
+    return RUN_SWIZZLE_BASE + shift if 8 <= shift < 16 else 0
+
+
+def is_run_swizzle(code: int) -> bool:
+    return RUN_SWIZZLE_BASE <= code < WGMMA_SWIZZLE_BASE
 
 
 def swizzle_expr(elem: Any, shift: int, dtype: str) -> Any:
@@ -436,6 +452,10 @@ def swizzle_expr(elem: Any, shift: int, dtype: str) -> Any:
         row_shift, x = divmod(shift - PACKED_SWIZZLE_BASE, 10)
         odd = tirx.bitwise_and(tirx.shift_right(elem, row_shift - lg), 1)
         return tirx.bitwise_xor(elem, tirx.shift_left(odd * x, 4 - lg))
+    if is_run_swizzle(shift):
+        row = tirx.bitwise_and(tirx.shift_right(elem, shift - RUN_SWIZZLE_BASE - lg), 7)
+        half = tirx.shift_left(tirx.bitwise_and(tirx.shift_right(elem, 7 - lg), 1), 1)
+        return tirx.bitwise_xor(elem, tirx.shift_left(tirx.bitwise_xor(row, half), 4 - lg))
     mask = tirx.bitwise_and(tirx.shift_right(elem, shift - lg), 7)
     return tirx.bitwise_xor(elem, tirx.shift_left(mask, 4 - lg))
 
@@ -448,6 +468,9 @@ def swizzle_py(elem: int, shift: int, dtype: str) -> int:
     if is_packed_swizzle(shift):
         row_shift, x = divmod(shift - PACKED_SWIZZLE_BASE, 10)
         return elem ^ ((((elem >> (row_shift - lg)) & 1) * x) << (4 - lg))
+    if is_run_swizzle(shift):
+        row = (elem >> (shift - RUN_SWIZZLE_BASE - lg)) & 7
+        return elem ^ ((row ^ (((elem >> (7 - lg)) & 1) << 1)) << (4 - lg))
     return elem ^ (((elem >> (shift - lg)) & 7) << (4 - lg))
 
 

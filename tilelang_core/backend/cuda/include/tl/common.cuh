@@ -44,10 +44,14 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 // XOR swizzle of a byte offset inside a shared tile: the 16-byte chunk index (bits 4..6) is XOR-ed with bits
 // SHIFT..SHIFT+2 (the row for rows of >= 128 bytes, else the 128-byte line). SHIFT == 0: no swizzle.
 // Must match tilelang_core/transform/cuda/layouts.py:swizzle_expr.
+// SHIFT = 200 + s (layouts.py:run_swizzle_code, tl.cuda.fragment_a_swizzle): the same with chunk bit 5 also XOR-ed
+// with offset bit 7, for A tiles read in 64-byte lane runs (lanes q and q + 2: 128 bytes apart, other banks).
 template <int SHIFT>
 __device__ __forceinline__ int swizzle(int byte_off) {
   if constexpr (SHIFT == 0) {
     return byte_off;
+  } else if constexpr (SHIFT >= 200 && SHIFT < 1000) {
+    return byte_off ^ ((((byte_off >> (SHIFT - 200)) & 7) ^ (((byte_off >> 7) & 1) << 1)) << 4);
   } else {
     return byte_off ^ (((byte_off >> SHIFT) & 7) << 4);
   }
